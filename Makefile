@@ -1,0 +1,36 @@
+# Every target bootstraps first, so a fresh clone needs nothing but `make demo` or `make test`.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+
+PY := .venv/bin/python
+
+# Server mode against the machine's services. The key is a throwaway for tests only.
+TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
+	REDIS_URL=redis://127.0.0.1:6379/0 \
+	PREFLIGHT_SECRET_KEY=test-only-not-a-secret
+
+.PHONY: bootstrap services demo test lint bench
+
+bootstrap:
+	@bash .ci/bootstrap
+
+services:
+	@bash .ci/services
+
+# Embedded mode: SQLite under var/, lookups in-process. An exported DATABASE_URL would silently switch modes.
+demo: bootstrap
+	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py migrate --noinput
+	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py seed_demo
+	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py runserver 127.0.0.1:8000
+
+lint: bootstrap
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: bootstrap services lint
+	env $(TEST_ENV) $(PY) -m pytest -n 2 tests
+
+bench: bootstrap
+	@shopt -s nullglob; benches=(bench/*.py); \
+	if [ $${#benches[@]} -eq 0 ]; then echo "bench: no bench/*.py yet"; exit 0; fi; \
+	for bench in "$${benches[@]}"; do echo "== $$bench"; $(PY) "$$bench"; done

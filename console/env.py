@@ -1,0 +1,76 @@
+"""Typed readers for settings that come from the environment.
+
+A typo in a deployment variable must stop the process at start-up, naming the variable and the value,
+rather than silently fall back to a default that would run the gate in a different mode.
+"""
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name)
+    # An exported-but-empty variable is treated as unset, so `FOO= make demo` means "use the default".
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _bad(name: str, value: str, expected: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{name}={value!r} is not {expected}")
+
+
+def env_str(name: str, default: str | None = None) -> str:
+    value = _raw(name)
+    if value is not None:
+        return value
+    if default is None:
+        raise ImproperlyConfigured(f"{name} must be set")
+    return default
+
+
+def env_int(name: str, default: int) -> int:
+    value = _raw(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise _bad(name, value, "an integer") from None
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = _raw(name)
+    if value is None:
+        return default
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise _bad(name, value, f"a boolean (one of {sorted(_TRUE | _FALSE)})")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = _raw(name)
+    if value is None:
+        return list(default)
+    items = [item.strip() for item in value.split(",")]
+    if any(item == "" for item in items):
+        raise _bad(name, value, "a comma-separated list without empty items")
+    return items
+
+
+def env_path(name: str, default: Path) -> Path:
+    value = _raw(name)
+    if value is None:
+        return default
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        # A relative path would depend on the directory the server happened to start in.
+        raise _bad(name, value, "an absolute path")
+    return path

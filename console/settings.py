@@ -1,0 +1,167 @@
+"""The one settings module. Every deployment difference comes from the environment (see console/env.py).
+
+Embedded mode is what you get with no DATABASE_URL: SQLite under var/, lookups run in-process (eager Celery),
+DEBUG on. Setting DATABASE_URL switches to server mode: PostgreSQL, a real broker, DEBUG off unless asked.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from console.env import env_bool, env_int, env_list, env_path, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+EMBEDDED = env_str("DATABASE_URL", "") == ""
+
+DEBUG = env_bool("PREFLIGHT_DEBUG", default=EMBEDDED)
+
+if DEBUG:
+    SECRET_KEY = env_str("PREFLIGHT_SECRET_KEY", "dev-only-insecure-key-never-use-in-production")
+else:
+    # No default: a production console signing sessions with a key from the source tree is worse than one
+    # that refuses to start.
+    SECRET_KEY = env_str("PREFLIGHT_SECRET_KEY")
+
+ALLOWED_HOSTS = env_list("PREFLIGHT_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+CSRF_TRUSTED_ORIGINS = env_list("PREFLIGHT_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Project templates come first so they can override third-party ones (drf_spectacular/redoc.html).
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database
+
+_DEFAULT_DATABASE_URL = f"sqlite:///{VAR_DIR / 'preflight.sqlite3'}"
+if EMBEDDED:
+    VAR_DIR.mkdir(exist_ok=True)
+
+try:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            env_str("DATABASE_URL", _DEFAULT_DATABASE_URL),
+            conn_max_age=env_int("PREFLIGHT_DB_CONN_MAX_AGE", 60),
+            conn_health_checks=True,
+        )
+    }
+except ValueError as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is malformed: {exc}") from None
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis and Celery
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+# Embedded mode has no worker, so lookups run in-process; server mode must never silently do that.
+CELERY_TASK_ALWAYS_EAGER = env_bool("PREFLIGHT_EAGER_TASKS", default=EMBEDDED)
+CELERY_TASK_EAGER_PROPAGATES = True
+# A lookup lost with its worker is redelivered rather than dropped; a lost lookup would leave a slot pending.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("PREFLIGHT_TASK_TIME_LIMIT_S", 60)
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 5)
+CELERY_TIMEZONE = "UTC"
+
+# Grants
+
+PREFLIGHT_SIGNING_KEY_PATH = env_path("PREFLIGHT_SIGNING_KEY_PATH", VAR_DIR / "grant_signing_key.pem")
+
+# Auth
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "admin:login"
+
+# I18n
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# Static files
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = env_path("PREFLIGHT_STATIC_ROOT", VAR_DIR / "collected-static")
+
+# API
+
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # Fail closed: an API view that forgets to declare permissions is not public.
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Preflight agent API",
+    "DESCRIPTION": "Submit candidate executions, answer questions, run granted executions.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Vendored under static/vendor/ because the default CDN is unreachable from where the console runs.
+    "REDOC_DIST": f"{STATIC_URL}vendor/redoc-2.5.4",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "{asctime} {levelname} {name}: {message}", "style": "{"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["stderr"], "level": env_str("PREFLIGHT_LOG_LEVEL", "INFO")},
+    # Django gives its own logger a console handler too; without this every line would print twice.
+    "loggers": {"django": {"handlers": [], "propagate": True}},
+}

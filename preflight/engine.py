@@ -1,0 +1,1158 @@
+"""One preflight: materialize slots, resolve them source by source, route the remainder, count a verdict.
+
+The plan (compiled once per contract and checklist version) holds everything that does not depend on the
+request; `preflight()` is the cheap per-call part.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, cast
+
+import jsonschema
+from jsonschema.validators import validator_for
+
+from .approvals import approval_state
+from .canonical import digest
+from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation, Rule, rules_stamp
+from .contract import MeasureSpec, SlotConfig, ToolContract
+from .errors import ExpressionError
+from .expressions import Expression, evaluate
+from .labels import Label
+from .pointers import Span, check_pointer
+from .record import Finding, Gap, GapClass, MeasureRequest, Question, Record, SlotState, Unmet
+from .request import Answer, Evidence, ExecutionRequest, Observation
+from .schema import BranchGroup, ObjectNode, Property, compile_object, select_branches
+
+__all__ = ["Plan", "compile_plan", "preflight", "select_tool"]
+
+Route = Literal["ask_user", "measure", "hold", "provider_gap", "unsupported"]
+
+_validators: dict[str, Any] = {}
+_validators_lock = threading.Lock()
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """A compiled validator (Draft 2020-12 unless declared) with format checking, cached by schema digest."""
+    key = digest(schema)
+    found = _validators.get(key)
+    if found is None:
+        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+        found = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        with _validators_lock:
+            _validators[key] = found
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    contract: ToolContract
+    root: ObjectNode | None
+    validator: Any = field(compare=False, repr=False)
+    rules: tuple[Checklist, ...]
+    checklist_version: str
+    fixed: tuple[FixedObligation, ...]
+    label_required: frozenset[str]
+    label_confirm: frozenset[str]
+    label_approvals: tuple[Label, ...]
+    arguments: frozenset[str]
+
+
+_plans: dict[tuple[str, str], Plan] = {}
+
+
+def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Plan:
+    """Compile once per (contract digest, checklist versions); later calls return the cached plan."""
+    stamp = f"fixed@1;{rules_stamp(rules)}"
+    key = (contract.digest, stamp)
+    plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    schema = contract.input_schema
+    root = compile_object(schema) if schema is not None else None
+    labels = contract.labels.labels
+    plan = Plan(
+        contract=contract,
+        root=root,
+        validator=_validator(schema) if schema is not None else None,
+        rules=tuple(rules),
+        checklist_version=f"{stamp};contract={contract.digest[7:19]}",
+        fixed=FIXED_CHECKLIST,
+        label_required=frozenset(lb.target for lb in labels if lb.tag == "required" and lb.target),
+        label_confirm=frozenset(lb.target for lb in labels if lb.tag == "confirm" and lb.target),
+        label_approvals=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
+        arguments=_paths(root) if root is not None else frozenset(),
+    )
+    _plans[key] = plan
+    return plan
+
+
+def _paths(node: ObjectNode) -> frozenset[str]:
+    out: set[str] = set()
+    for prop in node.properties.values():
+        out.add(prop.path)
+        if prop.child is not None:
+            out |= _paths(prop.child)
+    return frozenset(out)
+
+
+@dataclass(slots=True)
+class _Resolution:
+    status: Literal["known", "null", "unknown"] = "unknown"
+    value: Any = None
+    source: str | None = None
+    pointer: Mapping[str, Any] | None = None
+    findings: list[Finding] = field(default_factory=list)
+    error: bool = False
+    measure: MeasureRequest | None = None  # a lookup that would settle it
+    waits_for: tuple[str, ...] = ()
+    candidate: Any = None
+    unverified: bool = False
+
+
+class _Run:
+    """State of one evaluation. Not shared across threads or calls."""
+
+    def __init__(self, plan: Plan, request: ExecutionRequest, evidence: Evidence, tool_source: str) -> None:
+        self.plan = plan
+        self.contract = plan.contract
+        self.request = request
+        self.evidence = evidence
+        self.tool_source = tool_source
+        self.now = evidence.now
+        self.slots: list[SlotState] = []
+        self.gaps: list[Gap] = []
+        self.unmet: list[Unmet] = []
+        self.questions: list[Question] = []
+        self.frontier: dict[str, MeasureRequest] = {}
+        self.reasons: list[str] = []
+        self.values: dict[str, Any] = {}  # settled argument path -> value (null included as None)
+        self.arg_slots: dict[str, SlotState] = {}
+        self.deferred = False
+        self.timing_at: datetime | None = None
+        self.rules = [
+            (c, r)
+            for c in plan.rules
+            for r in c.rules
+            if r.applies(
+                principal=request.principal,
+                environment=request.environment,
+                tool=plan.contract.identity,
+                arguments=plan.arguments,
+            )
+        ]
+
+    # ---- sources ---------------------------------------------------------------------------------
+
+    def answer(self, key: str) -> Answer | None:
+        return self.evidence.answers.get(key)
+
+    def walk_sources(
+        self,
+        key: str,
+        sources: Sequence[str],
+        *,
+        path: str | None = None,
+        schema: Mapping[str, Any] | None = None,
+        config: SlotConfig | None = None,
+    ) -> _Resolution:
+        res = _Resolution()
+        cand = self.request.candidates.get(path) if path is not None else None
+        if cand is not None:
+            res.candidate = cand.value
+        for source in sources:
+            if source == "user_answer":
+                a = self.answer(key)
+                if a is not None:
+                    return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
+            elif source == "instruction":
+                if cand is None:
+                    res.findings.append(Finding(source, "no_result"))
+                    continue
+                if cand.pointer is None:
+                    res.findings.append(Finding(source, "no_result", detail="proposed without a pointer"))
+                    res.unverified = True
+                    continue
+                check = check_pointer(self.request.conversation, cand.pointer, cand.value, schema)
+                if check.ok:
+                    return self._found(res, source, cand.value, _pointer_json(cand.pointer))
+                res.findings.append(
+                    Finding(
+                        source,
+                        "no_result",
+                        _pointer_json(cand.pointer),
+                        f"the pointer does not hold the value ({check.reason})",
+                    )
+                )
+                res.unverified = True
+                continue
+            elif source == "preset":
+                p = self.evidence.presets.get(key)
+                if p is not None:
+                    return self._found(res, source, p.value, {"preset": p.id})
+            elif source == "observed":
+                spec = (self.contract.extension.measures or {}).get(config.measure or "") if config else None
+                if spec is None:
+                    res.findings.append(Finding(source, "error", detail="no measure observes this slot"))
+                    res.error = True
+                    return res
+                obs = self.observe(spec, res)
+                if res.error or res.measure is not None or res.waits_for:
+                    return res  # an error holds; a pending lookup is not "no result"
+                if obs is not None:
+                    return self._found(res, source, obs.value, _observation_json(obs))
+                continue
+            elif source == "prior_state":
+                prior = self.evidence.prior.get(key)
+                if prior is not None:
+                    return self._found(
+                        res,
+                        source,
+                        prior.value,
+                        {"record": prior.record_id, "slot": key, "origin": prior.origin},
+                    )
+            elif source == "contract":
+                declared = self.contract.extension.state_change
+                if declared:
+                    return self._found(res, source, declared, {"contract": self.contract.digest})
+            if not res.findings or res.findings[-1].source != source:
+                res.findings.append(Finding(source, "no_result"))
+        return res
+
+    @staticmethod
+    def _found(res: _Resolution, source: str, value: Any, pointer: Mapping[str, Any] | None) -> _Resolution:
+        res.findings.append(Finding(source, "found", pointer))
+        res.status = "null" if value is None else "known"
+        res.value, res.source, res.pointer = value, source, pointer
+        res.unverified = False
+        return res
+
+    def observe(self, spec: MeasureSpec, res: _Resolution) -> Observation | None:
+        """Look up a measure's observation for the current arguments, or put the lookup on the frontier."""
+        missing = tuple(f"arg:{p}" for p in sorted(spec.reads) if p not in self.values)
+        if missing:
+            res.waits_for = missing
+            return None
+        args = {
+            k: self.values[v[4:]] if isinstance(v, str) and v.startswith("arg:") else v
+            for k, v in spec.args.items()
+        }
+        request = MeasureRequest(spec.name, spec.lookup, args, digest(args), spec.max_age_s)
+        if self.deferred:
+            # Measurements are taken at trigger time, never stored ahead for a deferred execution.
+            res.measure = request
+            return None
+        obs = self.evidence.observations.get(request.key)
+        if obs is None or request.key in self.evidence.pending:
+            res.findings.append(
+                Finding(
+                    "observed",
+                    "no_result",
+                    {"measure": spec.name},
+                    "lookup running"
+                    if obs is None and request.key in self.evidence.pending
+                    else "not measured yet",
+                )
+            )
+            res.measure = request
+            self.frontier.setdefault(request.key, request)
+            return None
+        if obs.error is not None:
+            res.findings.append(Finding("observed", "error", _observation_json(obs), obs.error))
+            res.error = True
+            return None
+        age = (self.now - obs.observed_at).total_seconds()
+        if age > spec.max_age_s:
+            res.findings.append(
+                Finding(
+                    "observed",
+                    "no_result",
+                    _observation_json(obs),
+                    f"stale: observed {age:.0f}s ago, max age {spec.max_age_s:.0f}s",
+                )
+            )
+            res.measure = request
+            self.frontier.setdefault(request.key, request)
+            return None
+        return obs
+
+    # ---- slots -----------------------------------------------------------------------------------
+
+    def add(self, slot: SlotState) -> None:
+        self.slots.append(slot)
+        if slot.gap is not None:
+            self.gaps.append(Gap(slot.gap, slot.key, slot.detail or slot.label))
+
+    def fixed_slots(self) -> None:
+        for ob in self.plan.fixed:
+            if self.contract.read_only and ob.key != "fixed:tool":
+                continue  # trusted read-only tools pass without the intent part of the gate
+            if ob.key == "fixed:tool":
+                self.add(
+                    SlotState(
+                        ob.key,
+                        ob.kind,
+                        "fixed",
+                        "the action",
+                        "known",
+                        self.contract.identity,
+                        source=self.tool_source,
+                        pointer=_pointer_json(self.request.action_name),
+                        findings=(Finding(self.tool_source, "found", {"tool": self.contract.identity}),),
+                    )
+                )
+            elif ob.key == "fixed:action_name":
+                self.intent_slot(ob, self.action_name_resolution(ob))
+            elif ob.key == "fixed:timing":
+                self.intent_slot(ob, self.timing_resolution(ob))
+            elif ob.key == "fixed:intended_change":
+                res = self.walk_sources(ob.key, ob.sources)
+                if res.status == "unknown":
+                    self.add(
+                        SlotState(
+                            ob.key,
+                            ob.kind,
+                            "fixed",
+                            "the intended change",
+                            "unknown",
+                            route="provider_gap",
+                            gap="provider_gap",
+                            findings=tuple(res.findings),
+                            detail="the tool does not declare the state change it makes",
+                        )
+                    )
+                else:
+                    self.add(
+                        SlotState(
+                            ob.key,
+                            ob.kind,
+                            "fixed",
+                            "the intended change",
+                            "known",
+                            res.value,
+                            res.source,
+                            res.pointer,
+                            findings=tuple(res.findings),
+                        )
+                    )
+
+    def action_name_resolution(self, ob: FixedObligation) -> _Resolution:
+        res = _Resolution()
+        for source in ob.sources:
+            if source == "user_answer" and (a := self.answer(ob.key)) is not None:
+                return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
+            if source == "instruction" and (span := self.request.action_name) is not None:
+                text = _span_text(self.request, span)
+                check = check_pointer(self.request.conversation, span, text or "\x00", None)
+                if check.ok and text and text.strip():
+                    return self._found(res, source, text, _pointer_json(span))
+                res.findings.append(
+                    Finding(
+                        source,
+                        "no_result",
+                        _pointer_json(span),
+                        f"the pointer does not hold the action ({check.reason})",
+                    )
+                )
+                continue
+            res.findings.append(Finding(source, "no_result"))
+        return res
+
+    def timing_resolution(self, ob: FixedObligation) -> _Resolution:
+        res = _Resolution()
+        timing = self.request.timing
+        for source in ob.sources:
+            if source == "user_answer" and (a := self.answer(ob.key)) is not None:
+                return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
+            if source == "instruction" and timing is not None:
+                value = {"mode": timing.mode, "at": timing.at.isoformat() if timing.at else None}
+                res.candidate = value
+                if timing.pointer is None:
+                    res.unverified = True
+                    res.findings.append(
+                        Finding(source, "no_result", detail="timing proposed without a pointer")
+                    )
+                    continue
+                text = _span_text(self.request, timing.pointer)
+                check = check_pointer(self.request.conversation, timing.pointer, text or "\x00", None)
+                # Free-form time words ("now", "on Friday at 9") cannot be matched to a value; the pointer
+                # must still land on the user's own words, and the reviewer sees them.
+                if check.ok and text and text.strip():
+                    return self._found(res, source, value, _pointer_json(timing.pointer))
+                res.unverified = True
+                res.findings.append(
+                    Finding(
+                        source,
+                        "no_result",
+                        _pointer_json(timing.pointer),
+                        f"the pointer does not hold the timing ({check.reason})",
+                    )
+                )
+                continue
+            if source == "preset" and (p := self.evidence.presets.get(ob.key)) is not None:
+                return self._found(res, source, p.value, {"preset": p.id})
+            res.findings.append(Finding(source, "no_result"))
+        return res
+
+    def intent_slot(self, ob: FixedObligation, res: _Resolution) -> None:
+        label = {"fixed:action_name": "what should be done", "fixed:timing": "when it should happen"}[ob.key]
+        if ob.key == "fixed:timing" and res.status == "known":
+            at = _timing_at(res.value)
+            if at is _BAD:
+                res.status = "unknown"
+                res.findings.append(
+                    Finding(res.source or "user_answer", "no_result", detail=f"not a timing: {res.value!r}")
+                )
+            elif isinstance(at, datetime):
+                self.timing_at = at
+                if at > self.now + timedelta(seconds=1):
+                    self.deferred = True
+        if res.status == "unknown":
+            self.add(
+                SlotState(
+                    ob.key,
+                    ob.kind,
+                    "fixed",
+                    label,
+                    "unknown",
+                    route="ask_user",
+                    gap="user_gap",
+                    findings=tuple(res.findings),
+                    candidate=res.candidate,
+                    unverified=res.unverified,
+                    detail=f"{label}: not grounded in the user's words",
+                )
+            )
+            self.questions.append(Question(ob.key, ob.question, _INTENT_SCHEMAS[ob.key]))
+        else:
+            self.add(
+                SlotState(
+                    ob.key,
+                    ob.kind,
+                    "fixed",
+                    label,
+                    res.status,
+                    res.value,
+                    res.source,
+                    res.pointer,
+                    findings=tuple(res.findings),
+                )
+            )
+
+    def provider_slots(self) -> None:
+        c = self.contract
+        for problem in c.labels.problems:
+            self.add(
+                SlotState(
+                    f"label:{problem.line}",
+                    "condition",
+                    "provider",
+                    problem.text,
+                    "unknown",
+                    route="provider_gap",
+                    gap="provider_gap",
+                    detail=f"malformed label on line {problem.line}: {problem.reason}",
+                )
+            )
+        for i, sentence in enumerate(c.prose_conditions):
+            self.add(
+                SlotState(
+                    f"cond:prose-{i + 1}",
+                    "condition",
+                    "provider",
+                    sentence,
+                    "unknown",
+                    route="provider_gap",
+                    gap="provider_gap",
+                    detail=f"a condition stated only in prose, not declared: {sentence!r}",
+                )
+            )
+        if self.plan.root is None:
+            self.add(
+                SlotState(
+                    "schema:#",
+                    "condition",
+                    "provider",
+                    "the tool's arguments",
+                    "unknown",
+                    route="provider_gap",
+                    gap="provider_gap",
+                    detail="the tool declares no inputSchema (that is not a tool without arguments)",
+                )
+            )
+            return
+        extra = set(self.plan.label_required)
+        for _, rule in self.rules:
+            if rule.kind == "require" and rule.arg:
+                extra.add(rule.arg)
+        self.walk_node(self.plan.root, extra, present=True)
+
+    def walk_node(self, node: ObjectNode, extra_required: set[str], present: bool) -> None:
+        for item in node.unsupported:
+            self.add(
+                SlotState(
+                    f"schema:{item.location}",
+                    "condition",
+                    "provider",
+                    item.construct,
+                    "unknown",
+                    route="unsupported",
+                    gap="implementation_gap",
+                    detail=f"{item.construct} at {item.location}: {item.detail}",
+                )
+            )
+        resolutions: dict[str, _Resolution] = {}
+        evidence_names = [n for n, p in node.properties.items() if p.child is None and self.has_evidence(p)]
+        # Observed sources may read other arguments, so they are resolved after everything else.
+        for name in sorted(
+            evidence_names, key=lambda n: "observed" in self.config(node.properties[n]).sources
+        ):
+            resolutions[name] = self.resolve_prop(node.properties[name])
+        grounded = {n for n, r in resolutions.items() if r.status == "known"}
+        values = {n: resolutions[n].value for n in grounded}
+        branch_answers = self.branch_answers(node)
+        base_required = set(node.required) | {
+            n for n in node.properties if node.properties[n].path in extra_required
+        }
+        expected = base_required | {
+            n for n in node.properties if node.properties[n].path in self.request.candidates
+        }
+        selection = select_branches(node, grounded, values, branch_answers, expected)
+        required = base_required | selection.required
+        for group in selection.open_groups:
+            self.branch_slot(node, group)
+        for group, complete in selection.conflicts:
+            labels = " and ".join(group.branches[i].label for i in complete)
+            self.add(
+                SlotState(
+                    f"branch:{group.location}",
+                    "condition",
+                    "provider",
+                    "which alternative applies",
+                    "unknown",
+                    route="hold",
+                    detail=f"conflict: more than one exclusive alternative is complete ({labels})",
+                )
+            )
+        for name in node.order:
+            prop = node.properties[name]
+            if prop.child is not None:
+                child_has = any(
+                    p == prop.path or p.startswith(prop.path + ".") for p in self.evidence_paths()
+                )
+                if name in required or child_has:
+                    self.walk_node(prop.child, extra_required, present=True)
+                continue
+            if name not in required and name not in resolutions:
+                continue
+            if name in selection.waiting and name not in resolutions:
+                pass  # a discriminator still open: its own slot below asks for it
+            res = resolutions.get(name) or self.resolve_prop(prop)
+            self.arg_slot(prop, res, required=name in required)
+
+    def evidence_paths(self) -> set[str]:
+        paths = set(self.request.candidates)
+        for mapping in (self.evidence.answers, self.evidence.presets, self.evidence.prior):
+            paths |= {k[4:] for k in mapping if k.startswith("arg:")}
+        return paths
+
+    def has_evidence(self, prop: Property) -> bool:
+        key = f"arg:{prop.path}"
+        return (
+            prop.path in self.request.candidates
+            or key in self.evidence.answers
+            or key in self.evidence.presets
+            or key in self.evidence.prior
+        )
+
+    def config(self, prop: Property) -> SlotConfig:
+        return self.contract.slot_config(prop.path)
+
+    def resolve_prop(self, prop: Property) -> _Resolution:
+        cfg = self.config(prop)
+        res = self.walk_sources(
+            f"arg:{prop.path}", cfg.sources, path=prop.path, schema=prop.schema, config=cfg
+        )
+        if res.status != "unknown":
+            self.values[prop.path] = res.value
+        return res
+
+    def branch_answers(self, node: ObjectNode) -> dict[str, int]:
+        out = {}
+        for group in node.groups:
+            a = self.answer(f"branch:{group.location}")
+            if a is None:
+                continue
+            labels = [b.label for b in group.branches]
+            if isinstance(a.value, int) and not isinstance(a.value, bool):
+                out[group.location] = a.value
+            elif isinstance(a.value, str) and a.value in labels:
+                out[group.location] = labels.index(a.value)
+        return out
+
+    def branch_slot(self, node: ObjectNode, group: BranchGroup) -> None:
+        key = f"branch:{group.location}"
+        options = tuple(b.label for b in group.branches)
+        text = "Which of these will you provide: " + ", or ".join(options) + "?"
+        self.add(
+            SlotState(
+                key,
+                "value",
+                "provider",
+                "which alternative applies",
+                "unknown",
+                route="ask_user",
+                gap="user_gap",
+                detail=f"no grounded value selects one {group.kind} alternative",
+            )
+        )
+        self.questions.append(Question(key, self.sanitize(text), {"enum": list(options)}, options))
+
+    def arg_slot(self, prop: Property, res: _Resolution, *, required: bool) -> None:
+        cfg = self.config(prop)
+        key = f"arg:{prop.path}"
+        label = cfg.label or str(prop.schema.get("title") or prop.path.replace("_", " ").replace(".", " "))
+        labels = []
+        if cfg.confirm or prop.path in self.plan.label_confirm:
+            labels.append("confirm")
+        if prop.path in self.plan.label_required:
+            labels.append("required")
+        approval: Literal["approved", "void", "required"] | None = None
+        if "confirm" in labels and res.status == "known":
+            state = approval_state(self.evidence.approvals, key, res.value)
+            approval = "approved" if state == "approved" else "void" if state == "void" else "required"
+        if res.status != "unknown":
+            slot = SlotState(
+                key,
+                "value",
+                "provider",
+                label,
+                res.status,
+                res.value,
+                res.source,
+                res.pointer,
+                labels=tuple(labels),
+                approval=approval,
+                findings=tuple(res.findings),
+            )
+            self.arg_slots[prop.path] = slot
+            self.add(slot)
+            return
+        route: Route
+        gap: GapClass | None = None
+        detail = None
+        if res.error:
+            route, detail = "hold", "a lookup failed; the slot cannot be settled from it"
+        elif res.measure is not None or res.waits_for:
+            route = "measure"
+        elif "user_answer" in cfg.sources:
+            route, gap = "ask_user", "user_gap"
+            detail = "proposed without a verified source" if res.unverified else "the user did not say"
+        else:
+            route, gap, detail = "hold", "source_gap", "every permitted source was checked; none had a value"
+        slot = SlotState(
+            key,
+            "value",
+            "provider",
+            label,
+            "unknown",
+            route=route,
+            gap=gap,
+            labels=tuple(labels),
+            findings=tuple(res.findings),
+            candidate=res.candidate,
+            unverified=res.unverified,
+            detail=detail,
+            waits_for=res.waits_for,
+        )
+        self.arg_slots[prop.path] = slot
+        self.add(slot)
+        if route == "ask_user":
+            text = cfg.question or f"What {label} should be used?"
+            if not required:
+                text = cfg.question or f"Should {label} be included, and if so, what is it?"
+            self.questions.append(Question(key, self.sanitize(text), dict(prop.schema)))
+
+    def sanitize(self, text: str) -> str:
+        # A question never names a tool: the user chooses outcomes, not implementations.
+        for name in (self.contract.name, self.contract.identity):
+            if name and name in text:
+                text = text.replace(name, "this action")
+        return text
+
+    # ---- conditions and approvals ---------------------------------------------------------------
+
+    def args_activation(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for path, value in self.values.items():
+            if value is None and path in self.arg_slots and self.arg_slots[path].status == "null":
+                continue
+            _set_path(out, path, value)
+        return out
+
+    def reads_ready(self, expr: Expression, res: _Resolution) -> dict[str, Any] | None:
+        """The measure values an expression reads, or None while something it reads is unsettled."""
+        waits: list[str] = []
+        routes: list[str] = []
+        measures: dict[str, Any] = {}
+        for read in sorted(expr.reads):
+            kind, _, target = read.partition(":")
+            if kind == "arg":
+                pending = [
+                    s
+                    for p, s in self.arg_slots.items()
+                    if s.status == "unknown" and (target == "*" or p == target or p.startswith(target + "."))
+                ]
+                for s in pending:
+                    waits.append(s.key)
+                    routes.append(s.route or "hold")
+            elif kind == "measure":
+                spec = (self.contract.extension.measures or {})[target]
+                obs = self.observe(spec, res)
+                if res.error:
+                    return None
+                if obs is None:
+                    waits.append(read)
+                    routes.append("measure")
+                else:
+                    measures[target] = obs.value
+        if waits:
+            res.waits_for = tuple(waits)
+            res.findings.append(Finding("condition", "no_result", detail="waits for " + ", ".join(waits)))
+            # the route of what it waits for; a hold anywhere dominates
+            for r in ("hold", "ask_user", "measure"):
+                if r in routes:
+                    res.source = r
+                    break
+            return None
+        return measures
+
+    def condition_slot(
+        self,
+        key: str,
+        defined_by: Literal["provider", "policy", "user"],
+        expr: Expression,
+        on_false: Literal["hold", "block"],
+        text: str,
+        cond_id: str,
+    ) -> None:
+        res = _Resolution()
+        measures = self.reads_ready(expr, res)
+        if measures is None:
+            if res.error:
+                self.add(
+                    SlotState(
+                        key,
+                        "condition",
+                        defined_by,
+                        text,
+                        "unknown",
+                        route="hold",
+                        findings=tuple(res.findings),
+                        detail="a lookup it reads failed",
+                    )
+                )
+            else:
+                route = cast(Route, res.source or "hold")
+                self.add(
+                    SlotState(
+                        key,
+                        "condition",
+                        defined_by,
+                        text,
+                        "unknown",
+                        route=route,
+                        findings=tuple(res.findings),
+                        waits_for=res.waits_for,
+                    )
+                )
+            return
+        try:
+            met = evaluate(
+                expr,
+                args=self.args_activation(),
+                measures=measures,
+                principal=self.request.principal,
+                env={"environment": self.request.environment},
+            )
+        except ExpressionError as exc:
+            self.add(
+                SlotState(
+                    key,
+                    "condition",
+                    defined_by,
+                    text,
+                    "unknown",
+                    route="hold",
+                    findings=(*res.findings, Finding("condition", "error", detail=exc.reason)),
+                    detail=f"the condition could not be evaluated: {exc.reason}",
+                )
+            )
+            return
+        finding = Finding("condition", "found", {"measures": sorted(measures)} if measures else None)
+        self.add(
+            SlotState(
+                key,
+                "condition",
+                defined_by,
+                text,
+                "known",
+                met,
+                "condition",
+                findings=(*res.findings, finding),
+                met=met,
+                detail=None if met else f"unmet: {on_false}",
+            )
+        )
+        if not met:
+            self.unmet.append(Unmet(cond_id, on_false, text))
+
+    def conditions(self) -> None:
+        for cond in self.contract.extension.conditions:
+            self.condition_slot(f"cond:{cond.id}", "provider", cond.check, cond.on_false, cond.text, cond.id)
+        for _, rule in self.rules:
+            if rule.kind == "condition" and rule.check is not None:
+                self.condition_slot(
+                    f"user:{rule.id}", _rule_owner(rule), rule.check, rule.on_false, rule.text, rule.id
+                )
+
+    def approvals(self, payload_digest: str | None) -> None:
+        wanted: list[tuple[str, str, Expression | None, Literal["provider", "policy", "user"]]] = []
+        for spec in self.contract.extension.extra_approval:
+            wanted.append((spec.id, spec.text, spec.when, "provider"))
+        for label in self.plan.label_approvals:
+            wanted.append((f"label-{label.line}", label.text, None, "provider"))
+        for _, rule in self.rules:
+            if rule.kind == "approval":
+                wanted.append((rule.id, rule.text, rule.when, _rule_owner(rule)))
+        for aid, text, when, owner in wanted:
+            key = f"approval:{aid}"
+            if when is not None:
+                res = _Resolution()
+                measures = self.reads_ready(when, res)
+                if measures is None:
+                    self.add(
+                        SlotState(
+                            key,
+                            "condition",
+                            owner,
+                            text,
+                            "unknown",
+                            route="hold" if res.error else cast(Route, res.source or "hold"),
+                            findings=tuple(res.findings),
+                            waits_for=res.waits_for,
+                            approval="required",
+                        )
+                    )
+                    continue
+                try:
+                    needed = evaluate(
+                        when,
+                        args=self.args_activation(),
+                        measures=measures,
+                        principal=self.request.principal,
+                        env={"environment": self.request.environment},
+                    )
+                except ExpressionError as exc:
+                    self.add(
+                        SlotState(
+                            key,
+                            "condition",
+                            owner,
+                            text,
+                            "unknown",
+                            route="hold",
+                            findings=(Finding("condition", "error", detail=exc.reason),),
+                            detail=f"could not tell whether approval is needed: {exc.reason}",
+                        )
+                    )
+                    continue
+                if not needed:
+                    self.add(
+                        SlotState(key, "condition", owner, text, "null", detail="not needed for these values")
+                    )
+                    continue
+            if payload_digest is None:
+                self.add(
+                    SlotState(
+                        key,
+                        "condition",
+                        owner,
+                        text,
+                        "unknown",
+                        route="hold",
+                        approval="required",
+                        detail="needs a person's approval once every value is settled",
+                    )
+                )
+                continue
+            state = approval_state(self.evidence.approvals, key, payload_digest)
+            if state == "approved":
+                self.add(
+                    SlotState(
+                        key,
+                        "condition",
+                        owner,
+                        text,
+                        "known",
+                        payload_digest,
+                        "approval",
+                        approval="approved",
+                    )
+                )
+            else:
+                self.add(
+                    SlotState(
+                        key,
+                        "condition",
+                        owner,
+                        text,
+                        "unknown",
+                        route="hold",
+                        approval="void" if state == "void" else "required",
+                        detail="needs a person's approval of these exact values",
+                    )
+                )
+
+    # ---- payload and verdict ---------------------------------------------------------------------
+
+    def payload(self) -> tuple[dict[str, Any] | None, bool | None, tuple[str, ...]]:
+        if self.plan.root is None:
+            return None, None, ()
+        payload: dict[str, Any] = {}
+        for path, slot in self.arg_slots.items():
+            if slot.status == "known" or (slot.status == "null" and self.required_path(path)):
+                _set_path(payload, path, slot.value)
+        complete = all(
+            s.status != "unknown" for s in self.slots if s.key.startswith(("arg:", "branch:", "schema:"))
+        )
+        if not complete:
+            return payload, None, ()
+        errors = sorted(self.plan.validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+        messages = tuple(
+            f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors[:20]
+        )
+        return payload, not errors, messages
+
+    def required_path(self, path: str) -> bool:
+        root = self.plan.root
+        node = root
+        parts = path.split(".")
+        for i, part in enumerate(parts):
+            if node is None:
+                return False
+            if i == len(parts) - 1:
+                return part in node.required
+            prop = node.properties.get(part)
+            node = prop.child if prop is not None else None
+        return False
+
+    def run(self) -> Record:
+        self.fixed_slots()
+        self.provider_slots()
+        self.conditions()
+        payload, valid, errors = self.payload()
+        payload_digest = digest(payload) if payload is not None and valid else None
+        self.approvals(payload_digest)
+        notices = (
+            *self.contract.extension.notices,
+            *(lb.text for lb in self.contract.labels.labels if lb.tag == "notice"),
+        )
+        verdict = self.count(valid, errors)
+        questions = self.questions if verdict in ("ask", "hold", "deferred") else []
+        measures = tuple(self.frontier.values()) if verdict == "measure" else ()
+        return Record(
+            verdict=verdict,
+            server=self.contract.server,
+            tool=self.contract.name,
+            contract_digest=self.contract.digest,
+            principal=self.request.principal,
+            checklist_version=self.plan.checklist_version,
+            slots=tuple(self.slots),
+            questions=tuple(questions),
+            measures=measures,
+            unmet=tuple(self.unmet),
+            gaps=tuple(self.gaps),
+            notices=notices,
+            payload=payload,
+            payload_digest=digest(payload) if payload is not None else None,
+            payload_valid=valid,
+            payload_errors=errors,
+            unknown_count=sum(1 for s in self.slots if s.status == "unknown"),
+            reasons=tuple(self.reasons),
+            evaluated_at=self.now.isoformat(),
+            timing_at=self.timing_at.isoformat() if self.timing_at else None,
+        )
+
+    def count(
+        self, valid: bool | None, errors: tuple[str, ...]
+    ) -> Literal["execute", "ask", "measure", "hold", "block", "deferred"]:
+        unknown = [s for s in self.slots if s.status == "unknown"]
+        blocks = [u for u in self.unmet if u.on_false == "block"]
+        holds = [
+            s
+            for s in unknown
+            if s.route in ("hold", "provider_gap", "unsupported") and not s.key.startswith("approval:")
+        ]
+        unmet_holds = [u for u in self.unmet if u.on_false == "hold"]
+        asks = [s for s in unknown if s.route == "ask_user"]
+        measures = [s for s in unknown if s.route == "measure"]
+        confirms = [s for s in self.slots if s.approval in ("required", "void") and s.status == "known"]
+        approvals = [s for s in unknown if s.key.startswith("approval:")]
+        if blocks:
+            self.reasons.extend(f"blocked by {u.id}: {u.text}" for u in blocks)
+            return "block"
+        if holds or unmet_holds or valid is False:
+            self.reasons.extend(f"{s.key}: {s.detail or s.route}" for s in holds)
+            self.reasons.extend(f"unmet {u.id}: {u.text}" for u in unmet_holds)
+            self.reasons.extend(f"payload invalid: {e}" for e in errors)
+            return "hold"
+        if asks:
+            self.reasons.append(f"{len(asks)} slot(s) need the user's answer")
+            return "ask"
+        if self.deferred:
+            self.reasons.append("timing is in the future: preflight again at trigger time")
+            return "deferred"
+        if measures:
+            self.reasons.append(f"{len(measures)} slot(s) wait for lookups")
+            return "measure"
+        if confirms or approvals:
+            self.reasons.extend(f"{s.key}: awaiting approval" for s in (*confirms, *approvals))
+            return "hold"
+        self.reasons.append("every obligation is settled and the payload is valid")
+        return "execute"
+
+
+_BAD = object()
+_INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "fixed:action_name": {"type": "string", "minLength": 1},
+    "fixed:timing": {"oneOf": [{"const": "immediate"}, {"type": "string", "format": "date-time"}]},
+    "fixed:tool": {"type": "integer"},
+    "fixed:intended_change": {"type": "string"},
+}
+
+
+def _timing_at(value: Any) -> datetime | object | None:
+    """None for immediate, a UTC datetime for a scheduled time, _BAD for anything else."""
+    if value == "immediate" or (isinstance(value, Mapping) and value.get("mode") == "immediate"):
+        return None
+    text = value.get("at") if isinstance(value, Mapping) else value
+    if not isinstance(text, str):
+        return _BAD
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return _BAD
+    if at.tzinfo is None:
+        return _BAD
+    return at.astimezone(UTC)
+
+
+def _rule_owner(rule: Rule) -> Literal["policy", "user"]:
+    return "user" if rule.principals else "policy"
+
+
+def _pointer_json(pointer: Span | tuple[Span, ...] | None) -> dict[str, Any] | None:
+    if pointer is None:
+        return None
+    if isinstance(pointer, Span):
+        return {"turn": pointer.turn, "start": pointer.start, "end": pointer.end}
+    return {"spans": [{"turn": p.turn, "start": p.start, "end": p.end} for p in pointer]}
+
+
+def _observation_json(obs: Observation) -> dict[str, Any]:
+    return {"observation": obs.id, "measure": obs.measure, "observed_at": obs.observed_at.isoformat()}
+
+
+def _span_text(request: ExecutionRequest, span: Span) -> str | None:
+    if 0 <= span.turn < len(request.conversation):
+        content = request.conversation[span.turn].content
+        if 0 <= span.start < span.end <= len(content):
+            return content[span.start : span.end]
+    return None
+
+
+def _set_path(target: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    for part in parts[:-1]:
+        target = target.setdefault(part, {})
+    target[parts[-1]] = value
+
+
+def preflight(
+    plan: Plan, request: ExecutionRequest, evidence: Evidence, *, tool_source: str = "instruction"
+) -> Record:
+    """Evaluate one candidate execution against a compiled plan. Pure: same inputs, same record."""
+    return _Run(plan, request, evidence, tool_source).run()
+
+
+def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evidence) -> Plan | Record:
+    """Narrow candidate tools by the intended change; more than one left asks the user, never naming tools."""
+    changing = [p for p in plans if not p.contract.read_only]
+    if request.intended_effect:
+        changing = [p for p in changing if request.intended_effect in p.contract.extension.effects]
+    options = tuple(
+        p.contract.extension.state_change or p.contract.title or "another action" for p in changing
+    )
+    answer = evidence.answers.get("fixed:tool")
+    if answer is not None and len(changing) > 1:
+        if (
+            isinstance(answer.value, int)
+            and not isinstance(answer.value, bool)
+            and 0 <= answer.value < len(changing)
+        ):
+            return changing[answer.value]
+        if isinstance(answer.value, str) and answer.value in options and options.count(answer.value) == 1:
+            return changing[options.index(answer.value)]
+    if len(changing) == 1:
+        return changing[0]
+    fixed_tool = FIXED_CHECKLIST[0]
+    if not changing:
+        slot = SlotState(
+            "fixed:tool",
+            "intent",
+            "fixed",
+            "the action",
+            "unknown",
+            route="hold",
+            detail="no catalog tool can produce the intended change",
+        )
+        questions: tuple[Question, ...] = ()
+        verdict: Literal["hold", "ask"] = "hold"
+    else:
+        slot = SlotState(
+            "fixed:tool",
+            "intent",
+            "fixed",
+            "the action",
+            "unknown",
+            route="ask_user",
+            gap="user_gap",
+            detail=f"{len(changing)} actions could do this",
+        )
+        questions = (Question("fixed:tool", fixed_tool.question, {"enum": list(options)}, options),)
+        verdict = "ask"
+    return Record(
+        verdict=verdict,
+        server="",
+        tool="",
+        contract_digest="",
+        principal=request.principal,
+        checklist_version="fixed@1",
+        slots=(slot,),
+        questions=questions,
+        measures=(),
+        unmet=(),
+        gaps=(Gap("user_gap", "fixed:tool", slot.detail or ""),) if slot.gap else (),
+        notices=(),
+        payload=None,
+        payload_digest=None,
+        payload_valid=None,
+        payload_errors=(),
+        unknown_count=1,
+        reasons=(slot.detail or "",),
+        evaluated_at=evidence.now.isoformat(),
+    )

@@ -1,0 +1,209 @@
+"""The immutable outcome of one preflight, and its JSON form (the record of the Agent API)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .canonical import digest
+
+__all__ = [
+    "Finding",
+    "Gap",
+    "MeasureRequest",
+    "Question",
+    "Record",
+    "SlotState",
+    "Unmet",
+]
+
+Verdict = Literal["execute", "ask", "measure", "hold", "block", "deferred"]
+Route = Literal["ask_user", "measure", "hold", "provider_gap", "unsupported"]
+GapClass = Literal["user_gap", "provider_gap", "source_gap", "implementation_gap"]
+Status = Literal["known", "null", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    source: str
+    outcome: Literal["found", "no_result", "error"]
+    pointer: Mapping[str, Any] | None = None
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "outcome": self.outcome}
+        if self.pointer is not None:
+            out["pointer"] = dict(self.pointer)
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    key: str
+    kind: Literal["value", "condition", "intent"]
+    defined_by: Literal["fixed", "provider", "policy", "user"]
+    label: str
+    status: Status
+    value: Any = None
+    source: str | None = None
+    pointer: Mapping[str, Any] | None = None
+    route: Route | None = None
+    gap: GapClass | None = None
+    labels: tuple[str, ...] = ()
+    approval: Literal["approved", "void", "required"] | None = None
+    findings: tuple[Finding, ...] = ()
+    candidate: Any = None  # an unverified model proposal: shown, never counted
+    unverified: bool = False
+    detail: str | None = None
+    met: bool | None = None  # conditions: True/False once evaluated
+    waits_for: tuple[str, ...] = ()
+
+    @property
+    def settled(self) -> bool:
+        return self.status != "unknown"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key,
+            "kind": self.kind,
+            "defined_by": self.defined_by,
+            "label": self.label,
+            "status": self.status,
+            "value": self.value,
+            "source": self.source,
+            "pointer": dict(self.pointer) if self.pointer is not None else None,
+            "route": self.route,
+            "labels": list(self.labels),
+            "approval": self.approval,
+            "findings": [f.to_json() for f in self.findings],
+        }
+        if self.gap is not None:
+            out["gap"] = self.gap
+        if self.unverified:
+            out["candidate"] = {"value": self.candidate, "verified": False}
+        if self.detail is not None:
+            out["detail"] = self.detail
+        if self.met is not None:
+            out["met"] = self.met
+        if self.waits_for:
+            out["waits_for"] = list(self.waits_for)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    slot: str
+    text: str
+    schema: Mapping[str, Any]
+    options: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"slot": self.slot, "text": self.text, "schema": dict(self.schema)}
+        if self.options:
+            out["options"] = list(self.options)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    cls: GapClass
+    slot: str
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.cls, "slot": self.slot, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Unmet:
+    id: str
+    on_false: Literal["hold", "block"]
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "on_false": self.on_false, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureRequest:
+    """One lookup whose inputs are settled: the caller runs a frontier of these in parallel."""
+
+    measure: str
+    lookup: str
+    args: Mapping[str, Any]
+    args_digest: str
+    max_age_s: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.measure}#{self.args_digest}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"measure": self.measure, "lookup": self.lookup, "args": dict(self.args), "key": self.key}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    verdict: Verdict
+    server: str
+    tool: str
+    contract_digest: str
+    principal: str
+    checklist_version: str
+    slots: tuple[SlotState, ...]
+    questions: tuple[Question, ...]
+    measures: tuple[MeasureRequest, ...]  # the lookup frontier
+    unmet: tuple[Unmet, ...]
+    gaps: tuple[Gap, ...]
+    notices: tuple[str, ...]
+    payload: Mapping[str, Any] | None
+    payload_digest: str | None
+    payload_valid: bool | None  # None until every slot is settled: completeness and validity are two facts
+    payload_errors: tuple[str, ...]
+    unknown_count: int
+    reasons: tuple[str, ...]  # why the verdict is what it is, in words
+    evaluated_at: str
+    timing_at: str | None = None
+
+    def slot(self, key: str) -> SlotState:
+        for s in self.slots:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+    def body(self) -> dict[str, Any]:
+        """The record JSON without its own digest (what the digest covers)."""
+        return {
+            "verdict": self.verdict,
+            "server": self.server,
+            "tool": self.tool,
+            "contract_digest": self.contract_digest,
+            "principal": self.principal,
+            "checklist_version": self.checklist_version,
+            "slots": [s.to_json() for s in self.slots],
+            "questions": [q.to_json() for q in self.questions],
+            "measures": [m.to_json() for m in self.measures],
+            "unmet": [u.to_json() for u in self.unmet],
+            "gaps": [g.to_json() for g in self.gaps],
+            "notices": list(self.notices),
+            "payload": dict(self.payload) if self.payload is not None else None,
+            "payload_digest": self.payload_digest,
+            "payload_valid": self.payload_valid,
+            "payload_errors": list(self.payload_errors),
+            "unknown_count": self.unknown_count,
+            "reasons": list(self.reasons),
+            "evaluated_at": self.evaluated_at,
+            "timing_at": self.timing_at,
+        }
+
+    def digest(self) -> str:
+        # Computed on demand: evaluating a preflight should not pay for hashing a record nobody stores.
+        return digest(self.body())
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.body()
+        out["record_digest"] = self.digest()
+        return out
