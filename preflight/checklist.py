@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 
 import jsonschema
 
+from .canonical import digest
 from .errors import ChecklistError, ExpressionError
 from .expressions import Expression, compile_expression
 
@@ -70,10 +71,11 @@ class Checklist:
     id: str
     version: str
     rules: tuple[Rule, ...]
+    digest: str  # of the data: an edit without a version bump must still be a different checklist
 
     @property
     def stamp(self) -> str:
-        return f"{self.id}@{self.version}"
+        return f"{self.id}@{self.version}#{self.digest[7:19]}"
 
 
 _FIXED_SCHEMA = {
@@ -222,7 +224,7 @@ def load_rules(data: Any) -> Checklist:
             raise ChecklistError(name, line, "rule id is used twice")
         seen.add(raw["id"])
         rules.append(_rule(name, line, raw))
-    return Checklist(name, data["version"], tuple(rules))
+    return Checklist(name, data["version"], tuple(rules), digest(data))
 
 
 def _rule(name: str, line: str, raw: Mapping[str, Any]) -> Rule:

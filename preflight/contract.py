@@ -250,7 +250,8 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
     if error is not None:
         where = "x-preflight" + "".join(f"/{p}" for p in error.absolute_path)
         raise ContractError(name, f"x-preflight: {error.message}", where)
-    paths = _argument_paths(schema)
+    # Without a schema there is nothing to check names against; the missing schema holds anyway.
+    paths = _argument_paths(schema) if schema is not None else _Anything()
     slots = {}
     for path, cfg in (raw.get("slots") or {}).items():
         if path not in paths:
@@ -323,6 +324,11 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
         extra_approval=tuple(approvals),
         notices=tuple(raw.get("notices") or ()),
     )
+
+
+class _Anything(frozenset[str]):
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 def _compile(

@@ -131,6 +131,7 @@ class _Run:
         self.reasons: list[str] = []
         self.values: dict[str, Any] = {}  # settled argument path -> value (null included as None)
         self.arg_slots: dict[str, SlotState] = {}
+        self.objects: list[str] = []  # nested objects that are present, even with no settled member
         self.deferred = False
         self.timing_at: datetime | None = None
         self.rules = [
@@ -505,7 +506,7 @@ class _Run:
                 )
             )
         resolutions: dict[str, _Resolution] = {}
-        evidence_names = [n for n, p in node.properties.items() if p.child is None and self.has_evidence(p)]
+        evidence_names = [n for n, p in node.properties.items() if self.has_evidence(p)]
         # Observed sources may read other arguments, so they are resolved after everything else.
         for name in sorted(
             evidence_names, key=lambda n: "observed" in self.config(node.properties[n]).sources
@@ -540,11 +541,18 @@ class _Run:
         for name in node.order:
             prop = node.properties[name]
             if prop.child is not None:
-                child_has = any(
-                    p == prop.path or p.startswith(prop.path + ".") for p in self.evidence_paths()
-                )
-                if name in required or child_has:
-                    self.walk_node(prop.child, extra_required, present=True)
+                paths = self.evidence_paths()
+                members = any(p.startswith(prop.path + ".") for p in paths)
+                child = prop.child
+                settles_itself = not (child.required or child.groups or child.conditionals)
+                if prop.path in paths or (name in required and not members and settles_itself):
+                    # Settled as one value: a whole object from a trusted answer, or an obligatory object
+                    # whose members are all optional (someone still has to say what goes in it).
+                    res = resolutions.get(name) or self.resolve_prop(prop)
+                    self.arg_slot(prop, res, required=name in required)
+                elif name in required or members:
+                    self.objects.append(prop.path)
+                    self.walk_node(child, extra_required, present=True)
                 continue
             if name not in required and name not in resolutions:
                 continue
@@ -711,10 +719,17 @@ class _Run:
                     routes.append(s.route or "hold")
             elif kind == "measure":
                 spec = (self.contract.extension.measures or {})[target]
+                res.waits_for = ()
                 obs = self.observe(spec, res)
                 if res.error:
                     return None
-                if obs is None:
+                if obs is None and res.waits_for:
+                    # the lookup itself waits for arguments: take their routes
+                    for key in res.waits_for:
+                        waits.append(key)
+                        slot = self.arg_slots.get(key[4:])
+                        routes.append(slot.route or "hold" if slot is not None else "hold")
+                elif obs is None:
                     waits.append(read)
                     routes.append("measure")
                 else:
@@ -923,6 +938,8 @@ class _Run:
         if self.plan.root is None:
             return None, None, ()
         payload: dict[str, Any] = {}
+        for path in self.objects:
+            _set_path(payload, path, {}, keep=True)
         for path, slot in self.arg_slots.items():
             if slot.status == "known" or (slot.status == "null" and self.required_path(path)):
                 _set_path(payload, path, slot.value)
@@ -1075,11 +1092,14 @@ def _span_text(request: ExecutionRequest, span: Span) -> str | None:
     return None
 
 
-def _set_path(target: dict[str, Any], path: str, value: Any) -> None:
+def _set_path(target: dict[str, Any], path: str, value: Any, *, keep: bool = False) -> None:
     parts = path.split(".")
     for part in parts[:-1]:
         target = target.setdefault(part, {})
-    target[parts[-1]] = value
+    if keep:
+        target.setdefault(parts[-1], value)
+    else:
+        target[parts[-1]] = value
 
 
 def preflight(
