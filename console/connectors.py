@@ -1,0 +1,691 @@
+"""How Preflight reaches the outside world: tool calls (python, MCP over stdio or streamable HTTP), lookups.
+
+Everything here is synchronous on purpose: callers are Django views and Celery tasks. The MCP SDK is async, so
+each call runs its own short event loop (``anyio.run``), in a helper thread when the caller already has one.
+
+Failure classes, the distinction the execution gate records:
+
+- ``ToolCallFailed``: nothing reached the tool, or the tool said no before acting. Recorded as ``failed``.
+- ``OutcomeUnknown``: the request may have been acted on (timeout, lost connection, crash after sending).
+  The side effect may have happened, so nobody may retry it blindly.
+- ``MeasureFailed``: a lookup produced no trustworthy value. Always an ``error`` finding (fail closed).
+
+Connectors (plain data, stored with the server's catalog entry)::
+
+    {"kind": "python"}
+    {"kind": "mcp_stdio", "command": ["python", "-m", "console.demo.bank"], "env": {...}, "cwd": "..."}
+    {"kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp", "headers": {"Authorization": "Bearer ..."}}
+
+Either MCP kind may carry ``connect_timeout_s``; otherwise connecting gets ``max(timeout_s, 10 s)``, because
+spawning a server process has a fixed cost that says nothing about how long the tool itself may take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import math
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO, TypeVar
+
+import anyio
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONNECT_TIMEOUT_FLOOR_S = 10.0
+DEFAULT_MEASURE_TIMEOUT_S = 5.0
+# A measurement stamped in the future would look fresh forever; allow only ordinary clock skew.
+MAX_CLOCK_SKEW = timedelta(seconds=60)
+MAX_MEASURE_BODY_BYTES = 1 << 20
+# The SDK's own read timeout answers first; this backstop only catches a transport that blocks before it.
+_CALL_GRACE_S = 1.0
+_LIST_PAGE_CAP = 100
+_STDERR_TAIL_CHARS = 2000
+
+
+class ToolCallFailed(Exception):
+    """Nothing reached the tool, or the tool refused or reported an error: the outcome is ``failed``."""
+
+    def __init__(self, detail: str, *, result: Any = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        # The tool's own error result (MCP isError), kept so the record can show what the provider said.
+        self.result = result
+
+
+class OutcomeUnknown(Exception):
+    """The request was sent and then the answer was lost: the side effect may have happened."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class MeasureFailed(Exception):
+    """A lookup gave no trustworthy value (bad status, timeout, malformed answer, exception)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------------------------- registries
+
+_TOOLS: dict[tuple[str, str], Callable[..., Any]] = {}
+_LOOKUPS: dict[str, Callable[..., Any]] = {}
+
+
+def register_tool(server: str, tool: str) -> Callable[[F], F]:
+    """Register a Python callable as ``server``/``tool`` for ``{"kind": "python"}`` connectors.
+
+    It is called with the arguments as keyword arguments. To refuse without acting it raises
+    ``ToolCallFailed``; any other exception means it may have acted part-way and becomes ``OutcomeUnknown``.
+    """
+
+    def decorator(fn: F) -> F:
+        _TOOLS[(server, tool)] = fn
+        return fn
+
+    return decorator
+
+
+def register_lookup(name: str) -> Callable[[F], F]:
+    """Register a Python callable as the lookup ``name`` for ``{"kind": "python"}`` measures.
+
+    It is called with the measure's args as keyword arguments and returns the value, or
+    ``(value, observed_at)`` with an offset-aware ``observed_at``. Without one, the call's start time is used.
+    """
+
+    def decorator(fn: F) -> F:
+        _LOOKUPS[name] = fn
+        return fn
+
+    return decorator
+
+
+# --------------------------------------------------------------------------------------------- tool calls
+
+
+def call_tool(
+    connector: Mapping[str, Any], server: str, tool: str, arguments: Mapping[str, Any], *, timeout_s: float
+) -> Any:
+    """Run one tool call, once. Returns a JSON-able result; never retries.
+
+    MCP results come back as ``{"content": [...], "structuredContent": ... | None, "isError": False}``;
+    an ``isError`` result raises ``ToolCallFailed`` carrying that result.
+    """
+    _check_timeout(timeout_s, ToolCallFailed)
+    kind = connector.get("kind")
+    if kind == "python":
+        return _call_python_tool(server, tool, arguments, timeout_s)
+    if kind in ("mcp_stdio", "mcp_http"):
+        result = _run_async(
+            _mcp_call,
+            connector,
+            tool,
+            dict(arguments),
+            _connect_timeout(connector, timeout_s),
+            timeout_s,
+            False,
+        )
+        if result["isError"]:
+            raise ToolCallFailed(f"{server}/{tool} reported an error: {_first_text(result)}", result=result)
+        return result
+    raise ToolCallFailed(f"unknown connector kind {kind!r}")
+
+
+def list_tools(connector: Mapping[str, Any], *, timeout_s: float) -> list[dict[str, Any]]:
+    """``tools/list`` of an MCP server, every page, as camelCase MCP Tool dicts (for catalog import).
+
+    Connecting and listing together must finish within ``timeout_s``. Any failure raises ``ToolCallFailed``
+    (listing acts on nothing, so there is no unknown outcome to report).
+    """
+    _check_timeout(timeout_s, ToolCallFailed)
+    if connector.get("kind") not in ("mcp_stdio", "mcp_http"):
+        raise ToolCallFailed(f"connector kind {connector.get('kind')!r} cannot list tools")
+    tools: list[dict[str, Any]] = _run_async(_mcp_list, connector, timeout_s)
+    return tools
+
+
+def _call_python_tool(server: str, tool: str, arguments: Mapping[str, Any], timeout_s: float) -> Any:
+    fn = _TOOLS.get((server, tool))
+    if fn is None:
+        raise ToolCallFailed(f"no python tool registered as {server}/{tool}")
+    try:
+        inspect.signature(fn).bind(**arguments)
+    except TypeError as exc:
+        # Binding fails before the body runs, so the tool provably did nothing.
+        raise ToolCallFailed(f"{server}/{tool} does not accept these arguments: {exc}") from exc
+    outcome = _run_with_deadline(fn, dict(arguments), timeout_s)
+    if outcome.timed_out:
+        raise OutcomeUnknown(f"{server}/{tool} did not return within {timeout_s}s; it may still be acting")
+    if isinstance(outcome.error, ToolCallFailed | OutcomeUnknown):
+        raise outcome.error
+    if outcome.error is not None:
+        raise OutcomeUnknown(
+            f"{server}/{tool} raised {type(outcome.error).__name__}: {outcome.error}; it may have acted"
+        ) from outcome.error
+    try:
+        return _as_json(outcome.value)
+    except ValueError as exc:
+        raise OutcomeUnknown(f"{server}/{tool} returned a value that is not JSON: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------- MCP
+
+# The sent/not-sent boundary (what separates ToolCallFailed from OutcomeUnknown):
+#
+# Connecting (spawn or HTTP connect, protocol negotiation) and tools/list happen before the tools/call request
+# exists, so any failure there, a timeout included, is ToolCallFailed: the tool cannot have run. Listing first
+# also lets "no such tool" fail before anything is sent, and 2026-07-28 servers expect it anyway.
+#
+# Once session.call_tool() is entered, the request is handed to the transport. The SDK does not report whether
+# the bytes left (stdio writes from a pipe task, HTTP posts from a background task), so from that point every
+# failure without an answer is OutcomeUnknown, unless the server itself answered with a JSON-RPC error that
+# can only mean "refused before running" (_REFUSAL_CODES). INTERNAL_ERROR is what the SDK sends when a handler
+# raised mid-way, and some codes are synthesized client-side from HTTP trouble after the server may have acted
+# (PARSE_ERROR for an unreadable answer, INVALID_REQUEST for an odd content type), so those stay unknown.
+_METHOD_NOT_FOUND = -32601
+_INVALID_PARAMS = -32602
+_HEADER_MISMATCH = -32020
+_MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+_UNSUPPORTED_PROTOCOL_VERSION = -32022
+_URL_ELICITATION_REQUIRED = -32042
+_REFUSAL_CODES = frozenset(
+    {
+        _METHOD_NOT_FOUND,
+        _INVALID_PARAMS,
+        _HEADER_MISMATCH,
+        _MISSING_REQUIRED_CLIENT_CAPABILITY,
+        _UNSUPPORTED_PROTOCOL_VERSION,
+        _URL_ELICITATION_REQUIRED,
+    }
+)
+
+
+def _connect_timeout(connector: Mapping[str, Any], timeout_s: float) -> float:
+    explicit = connector.get("connect_timeout_s")
+    if explicit is not None:
+        _check_timeout(explicit, ToolCallFailed)
+        return float(explicit)
+    return max(float(timeout_s), CONNECT_TIMEOUT_FLOOR_S)
+
+
+async def _open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errlog: TextIO | None) -> Any:
+    """Enter an MCP ``Client`` for the connector on ``stack`` (connect + protocol negotiation)."""
+    from mcp import Client, Implementation, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+
+    kind = connector.get("kind")
+    transport: Any
+    if kind == "mcp_stdio":
+        command = connector.get("command")
+        if (
+            not isinstance(command, list | tuple)
+            or not command
+            or not all(isinstance(c, str) for c in command)
+        ):
+            raise ToolCallFailed("mcp_stdio connector needs 'command': a non-empty list of strings")
+        env = connector.get("env")
+        params = StdioServerParameters(
+            command=command[0],
+            args=list(command[1:]),
+            env={str(k): str(v) for k, v in env.items()} if env else None,
+            cwd=connector.get("cwd"),
+        )
+        # stdio_client directly rather than Client(StdioServerParameters): only this way can the server's
+        # stderr be captured, and a server that dies at start-up explains itself there.
+        transport = stdio_client(params, errlog=errlog or sys.stderr)
+    elif kind == "mcp_http":
+        url = connector.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ToolCallFailed("mcp_http connector needs 'url': an http(s) URL")
+        import httpx2
+
+        headers = connector.get("headers")
+        # Per-operation limits as generous as the SDK's default client: the cancel scope around the whole
+        # exchange is what bounds it.
+        http_client = httpx2.AsyncClient(
+            headers={str(k): str(v) for k, v in headers.items()} if headers else None,
+            timeout=httpx2.Timeout(30.0, read=300.0),
+        )
+        await stack.enter_async_context(http_client)
+        transport = streamable_http_client(url, http_client=http_client)
+    else:
+        raise ToolCallFailed(f"unknown connector kind {kind!r}")
+
+    # cache=None: the catalog digests what the server says now, never a cached listing.
+    client = Client(transport, cache=None, client_info=Implementation(name="preflight", version="0.1.0"))
+    return await stack.enter_async_context(client)
+
+
+async def _list_all(client: Any) -> list[Any]:
+    from mcp_types import PaginatedRequestParams
+
+    tools: list[Any] = []
+    cursor: str | None = None
+    for _ in range(_LIST_PAGE_CAP):
+        page = await client.session.list_tools(
+            params=PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return tools
+    raise ToolCallFailed(f"tools/list did not end within {_LIST_PAGE_CAP} pages")
+
+
+async def _mcp_list(connector: Mapping[str, Any], timeout_s: float) -> list[dict[str, Any]]:
+    tools: list[Any] | None = None
+    failure: BaseException | None = None
+    with _stderr_capture(connector) as errlog:
+        with anyio.CancelScope(deadline=anyio.current_time() + timeout_s) as scope:
+            try:
+                async with AsyncExitStack() as stack:
+                    client = await _open_client(connector, stack, errlog)
+                    tools = await _list_all(client)
+            except Exception as exc:
+                if tools is None:
+                    failure = _as_failure(exc, ToolCallFailed, "listing tools failed", errlog)
+        if tools is None and failure is None and scope.cancelled_caught:
+            failure = ToolCallFailed(f"no tools/list answer within {timeout_s}s{_stderr_tail(errlog)}")
+    if tools is None:
+        raise failure or ToolCallFailed("listing tools failed")
+    return [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in tools]
+
+
+@dataclass
+class _CallState:
+    sent: bool = False
+    result: dict[str, Any] | None = None
+    failure: Exception | None = None
+
+
+async def _mcp_call(
+    connector: Mapping[str, Any],
+    tool: str,
+    arguments: dict[str, Any],
+    connect_timeout_s: float,
+    call_timeout_s: float,
+    require_read_only: bool,
+) -> dict[str, Any]:
+    state = _CallState()
+    with _stderr_capture(connector) as errlog:
+        # One scope whose deadline moves from connecting to calling: a fail_after() around connecting alone
+        # would have to close before the client's task groups do, which anyio forbids.
+        with anyio.CancelScope(deadline=anyio.current_time() + connect_timeout_s) as scope:
+            try:
+                async with AsyncExitStack() as stack:
+                    client = await _open_client(connector, stack, errlog)
+                    await _call_on(client, tool, arguments, call_timeout_s, require_read_only, scope, state)
+            except Exception as exc:
+                if state.result is None and state.failure is None:
+                    kind = OutcomeUnknown if state.sent else ToolCallFailed
+                    state.failure = _as_failure(exc, kind, repr(tool), errlog)
+                else:
+                    # Trouble while closing, after the answer arrived, does not change what the tool did.
+                    logger.warning("closing the MCP connection after %r failed: %s", tool, _describe(exc))
+        if state.result is None and state.failure is None and scope.cancelled_caught:
+            if state.sent:
+                state.failure = OutcomeUnknown(f"no answer from {tool!r} within {call_timeout_s}s")
+            else:
+                tail = _stderr_tail(errlog)
+                state.failure = ToolCallFailed(f"could not connect within {connect_timeout_s}s{tail}")
+    if state.result is None:
+        raise state.failure or OutcomeUnknown(f"{tool!r} ended without an answer")
+    return state.result
+
+
+async def _call_on(
+    client: Any,
+    tool: str,
+    arguments: dict[str, Any],
+    call_timeout_s: float,
+    require_read_only: bool,
+    scope: anyio.CancelScope,
+    state: _CallState,
+) -> None:
+    """List, check, call. Failures are stored on ``state``, not raised: anything raised inside the client
+    context comes back wrapped in the SDK's task-group ExceptionGroups, losing its meaning."""
+    from mcp import MCPError
+    from mcp_types import CallToolResult
+
+    definition = next((t for t in await _list_all(client) if t.name == tool), None)
+    if definition is None:
+        state.failure = ToolCallFailed(f"the server does not list a tool named {tool!r}")
+        return
+    if require_read_only and not (definition.annotations and definition.annotations.read_only_hint):
+        state.failure = ToolCallFailed(f"{tool!r} is not annotated readOnlyHint; a lookup must not act")
+        return
+    state.sent = True
+    scope.deadline = anyio.current_time() + call_timeout_s + _CALL_GRACE_S
+    try:
+        answer = await client.session.call_tool(
+            tool, arguments, read_timeout_seconds=call_timeout_s, allow_input_required=True
+        )
+    except MCPError as exc:
+        state.failure = _classify_mcp_error(exc, tool)
+        return
+    except Exception as exc:
+        # Includes the SDK's post-call output-schema check: the tool ran and its answer is unusable.
+        state.failure = OutcomeUnknown(f"{tool!r}: {_describe(exc)}")
+        return
+    if not isinstance(answer, CallToolResult):
+        # InputRequiredResult: the server wants an answer before it will run, and the gate has none to give.
+        state.failure = ToolCallFailed(f"{tool!r} asked for input mid-call")
+        return
+    state.result = {
+        "content": [
+            block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in answer.content
+        ],
+        "structuredContent": answer.structured_content,
+        "isError": bool(answer.is_error),
+    }
+
+
+def _classify_mcp_error(exc: Any, tool: str) -> Exception:
+    detail = f"{tool!r}: MCP error {exc.code}: {exc.message}"
+    if exc.code in _REFUSAL_CODES:
+        return ToolCallFailed(detail)
+    return OutcomeUnknown(detail)
+
+
+def _as_failure(exc: BaseException, kind: type[Exception], what: str, errlog: TextIO | None) -> Exception:
+    leaf = _leaves(exc)
+    for inner in leaf:
+        if isinstance(inner, ToolCallFailed | OutcomeUnknown):
+            return inner
+    return kind(f"{what}: {_describe(exc)}{_stderr_tail(errlog)}")
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _describe(exc: BaseException) -> str:
+    return "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in _leaves(exc))
+
+
+@contextmanager
+def _stderr_capture(connector: Mapping[str, Any]) -> Iterator[TextIO | None]:
+    """A temporary file for a stdio server's stderr (the child needs a real descriptor); None for HTTP."""
+    if connector.get("kind") != "mcp_stdio":
+        yield None
+        return
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
+        yield errlog
+
+
+def _stderr_tail(errlog: TextIO | None) -> str:
+    if errlog is None or errlog.closed:
+        return ""
+    try:
+        errlog.flush()
+        errlog.seek(0)
+        text = errlog.read().strip()
+    except (OSError, ValueError):
+        return ""
+    return f"; server stderr: {text[-_STDERR_TAIL_CHARS:]}" if text else ""
+
+
+def _first_text(result: Mapping[str, Any]) -> str:
+    for block in result.get("content") or []:
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            return str(block.get("text", ""))
+    return "(no text content)"
+
+
+# --------------------------------------------------------------------------------------------- measures
+
+
+def run_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[Any, datetime]:
+    """Run one lookup; return ``(value, observed_at)`` with an aware ``observed_at`` in UTC.
+
+    Raises ``MeasureFailed`` for every way of not getting a trustworthy value, so the caller records an
+    ``error`` finding (hold) and never a silent ``no_result``.
+    """
+    name = str(measure.get("name") or "")
+    try:
+        timeout_s = measure.get("timeout_s")
+        timeout_s = DEFAULT_MEASURE_TIMEOUT_S if timeout_s is None else timeout_s
+        _check_timeout(timeout_s, MeasureFailed)
+        kind = measure.get("kind")
+        if kind == "http":
+            return _http_measure(name, measure.get("url"), args, float(timeout_s))
+        if kind == "python":
+            config = measure.get("config") or {}
+            return _python_measure(str(config.get("lookup") or name), args, float(timeout_s))
+        if kind == "mcp":
+            return _mcp_measure(name, measure.get("config") or {}, args, float(timeout_s))
+        raise MeasureFailed(f"unknown measure kind {kind!r}")
+    except MeasureFailed as exc:
+        if name and not exc.detail.startswith(f"{name}:"):
+            raise MeasureFailed(f"{name}: {exc.detail}") from exc
+        raise
+    except Exception as exc:
+        raise MeasureFailed(f"{name}: {type(exc).__name__}: {exc}") from exc
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # A redirect would re-send the lookup's arguments to a place nobody configured.
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float) -> tuple[Any, datetime]:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise MeasureFailed("http measure needs 'url': an http(s) URL")
+    body = json.dumps({"measure": name, "args": dict(args)}, allow_nan=False).encode()
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+    opener = urllib.request.build_opener(_NoRedirect)
+
+    def fetch() -> tuple[int, bytes]:
+        try:
+            with opener.open(request, timeout=timeout_s) as response:
+                return response.status, response.read(MAX_MEASURE_BODY_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            return exc.code, b""
+
+    # The socket timeout bounds each read; the deadline bounds the whole exchange (a server could drip bytes).
+    outcome = _run_with_deadline(lambda: fetch(), {}, timeout_s)
+    if outcome.timed_out:
+        raise MeasureFailed(f"no answer within {timeout_s}s")
+    if outcome.error is not None:
+        raise MeasureFailed(f"request failed: {_describe_url_error(outcome.error)}")
+    status, raw = outcome.value
+    if status != 200:
+        raise MeasureFailed(f"answered HTTP {status}, expected 200")
+    if len(raw) > MAX_MEASURE_BODY_BYTES:
+        raise MeasureFailed(f"answer larger than {MAX_MEASURE_BODY_BYTES} bytes")
+    try:
+        answer = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise MeasureFailed(f"answer is not JSON: {exc}") from exc
+    if not isinstance(answer, dict):
+        raise MeasureFailed("answer is not a JSON object")
+    missing = [key for key in ("value", "observed_at") if key not in answer]
+    if missing:
+        raise MeasureFailed(f"answer lacks {', '.join(missing)}")
+    return answer["value"], _parse_observed_at(answer["observed_at"])
+
+
+def _describe_url_error(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
+        return f"{type(exc.reason).__name__}: {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _parse_observed_at(raw: Any) -> datetime:
+    if not isinstance(raw, str):
+        raise MeasureFailed("observed_at is not a string")
+    try:
+        observed = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise MeasureFailed(f"observed_at {raw!r} is not ISO 8601") from exc
+    return _aware_utc(observed)
+
+
+def _aware_utc(observed: datetime) -> datetime:
+    if observed.tzinfo is None or observed.utcoffset() is None:
+        # A naive time could be any zone; its age cannot be computed, so it cannot be fresh.
+        raise MeasureFailed(f"observed_at {observed.isoformat()} has no UTC offset")
+    observed = observed.astimezone(UTC)
+    if observed > datetime.now(UTC) + MAX_CLOCK_SKEW:
+        raise MeasureFailed(f"observed_at {observed.isoformat()} is in the future")
+    return observed
+
+
+def _python_measure(lookup: str, args: Mapping[str, Any], timeout_s: float) -> tuple[Any, datetime]:
+    fn = _LOOKUPS.get(lookup)
+    if fn is None:
+        raise MeasureFailed(f"no python lookup registered as {lookup!r}")
+    started = datetime.now(UTC)
+    outcome = _run_with_deadline(fn, dict(args), timeout_s)
+    if outcome.timed_out:
+        raise MeasureFailed(f"lookup {lookup!r} did not return within {timeout_s}s")
+    if outcome.error is not None:
+        raise MeasureFailed(f"lookup {lookup!r} raised {type(outcome.error).__name__}: {outcome.error}")
+    value, observed_at = outcome.value, started
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], datetime):
+        value, observed_at = value[0], _aware_utc(value[1])
+    try:
+        return _as_json(value), observed_at
+    except ValueError as exc:
+        raise MeasureFailed(f"lookup {lookup!r} returned a value that is not JSON: {exc}") from exc
+
+
+def _mcp_measure(
+    name: str, config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float
+) -> tuple[Any, datetime]:
+    connector, tool = config.get("connector"), config.get("tool")
+    if not isinstance(connector, Mapping) or not isinstance(tool, str):
+        raise MeasureFailed("mcp measure needs config.connector and config.tool")
+    if connector.get("kind") not in ("mcp_stdio", "mcp_http"):
+        raise MeasureFailed(f"mcp measure cannot use connector kind {connector.get('kind')!r}")
+    # Stamped before the call: the server read the value after this moment, so its age is never understated.
+    observed_at = datetime.now(UTC)
+    try:
+        result = _run_async(
+            _mcp_call, connector, tool, dict(args), _connect_timeout(connector, timeout_s), timeout_s, True
+        )
+    except (ToolCallFailed, OutcomeUnknown) as exc:
+        raise MeasureFailed(f"{tool!r} lookup failed: {exc}") from exc
+    if result["isError"]:
+        raise MeasureFailed(f"{tool!r} reported an error: {_first_text(result)}")
+    value = result["structuredContent"]
+    if value is None:
+        text = next((c.get("text") for c in result["content"] if c.get("type") == "text"), None)
+        if text is None:
+            raise MeasureFailed(f"{tool!r} returned neither structuredContent nor text")
+        try:
+            value = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise MeasureFailed(f"{tool!r} text content is not JSON: {exc}") from exc
+    field = config.get("field")
+    if field is not None:
+        if not isinstance(value, dict) or field not in value:
+            raise MeasureFailed(f"{tool!r} answer has no field {field!r}")
+        value = value[field]
+    return value, observed_at
+
+
+# --------------------------------------------------------------------------------------------- plumbing
+
+
+@dataclass
+class _Outcome:
+    value: Any = None
+    error: BaseException | None = None
+    timed_out: bool = False
+
+
+def _run_with_deadline(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> _Outcome:
+    """Call ``fn(**kwargs)`` in a daemon thread and stop waiting after ``timeout_s``.
+
+    Python cannot interrupt a running function, so on timeout the thread is abandoned (daemon: it cannot keep
+    the process alive). Django database connections opened by that thread are closed when it ends, because
+    nobody else can ever reuse or close them.
+    """
+    outcome = _Outcome()
+
+    def target() -> None:
+        try:
+            outcome.value = fn(**kwargs)
+        except BaseException as exc:
+            outcome.error = exc
+        finally:
+            _close_thread_db_connections()
+
+    thread = threading.Thread(
+        target=target, name=f"preflight-connector-{getattr(fn, '__name__', 'call')}", daemon=True
+    )
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return _Outcome(timed_out=True)
+    return outcome
+
+
+def _close_thread_db_connections() -> None:
+    if "django.db" not in sys.modules:
+        return
+    try:
+        from django.db import connections
+
+        connections.close_all()
+    except Exception:
+        logger.debug("closing a connector thread's database connections failed", exc_info=True)
+
+
+def _run_async[T](fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run an async function to completion from synchronous code, in any thread.
+
+    A thread that already runs an event loop (an async view, some test runners) cannot start another one, so
+    the call then moves to a fresh worker thread and this thread blocks on it, as a sync API must.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(fn, *args)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflight-connector") as pool:
+        return pool.submit(anyio.run, fn, *args).result()
+
+
+def _check_timeout(timeout_s: Any, error: type[Exception]) -> None:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise error(f"timeout_s must be a positive number, not {timeout_s!r}")
+    if math.isinf(timeout_s):
+        raise error("timeout_s must be finite")
+
+
+def _as_json(value: Any) -> Any:
+    """Round-trip through JSON so callers hold exactly what a JSON column gives back (tuples become lists)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from exc

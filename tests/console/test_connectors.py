@@ -1,0 +1,678 @@
+"""Connectors: tool calls and lookups against real local endpoints (http.server, the demo MCP servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from console import connectors
+from console.connectors import MeasureFailed, OutcomeUnknown, ToolCallFailed
+from console.demo import bank, shop
+from console.demo._server import build_server
+
+REPO = Path(__file__).resolve().parents[2]
+BOB = "DE02120300000000202051"
+ALICE = "DE89370400440532013000"
+BANK_STDIO = {"kind": "mcp_stdio", "command": [sys.executable, "-m", "console.demo.bank"], "cwd": str(REPO)}
+
+
+# ------------------------------------------------------------------------------------------ local endpoints
+
+
+@dataclass
+class MeasureEndpoint:
+    url: str
+    status: int = 200
+    body: bytes = b""
+    delay_s: float = 0.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def answer(
+        self, status: int = 200, body: Any = None, *, raw: bytes | None = None, delay_s: float = 0.0
+    ) -> None:
+        self.status, self.delay_s = status, delay_s
+        self.body = raw if raw is not None else json.dumps(body).encode()
+
+
+@pytest.fixture(scope="module")
+def measure_server() -> Iterator[MeasureEndpoint]:
+    endpoint = MeasureEndpoint(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            endpoint.requests.append(json.loads(self.rfile.read(length)))
+            time.sleep(endpoint.delay_s)
+            self.send_response(endpoint.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(endpoint.body)))
+            self.end_headers()
+            self.wfile.write(endpoint.body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    endpoint.url = f"http://127.0.0.1:{server.server_address[1]}/measure"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield endpoint
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def endpoint(measure_server: MeasureEndpoint) -> MeasureEndpoint:
+    measure_server.requests.clear()
+    measure_server.answer(200, {"value": None, "observed_at": datetime.now(UTC).isoformat()})
+    return measure_server
+
+
+def http_measure(endpoint: MeasureEndpoint, timeout_s: float = 2.0) -> dict[str, Any]:
+    return {"name": "bank.balance", "kind": "http", "url": endpoint.url, "timeout_s": timeout_s}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_http_server(module: str, *extra: str) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, "--transport", "http", "--port", str(port), *extra],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"{module} exited at start-up: {process.stderr.read().decode() if process.stderr else ''}"
+                )
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{module} did not listen on {port} within 30s")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def bank_http() -> Iterator[dict[str, Any]]:
+    for url in start_http_server("console.demo.bank"):
+        yield {"kind": "mcp_http", "url": url}
+
+
+@pytest.fixture(scope="module")
+def slow_bank_http() -> Iterator[dict[str, Any]]:
+    for url in start_http_server("console.demo.bank", "--reply-delay-s", "3"):
+        yield {"kind": "mcp_http", "url": url}
+
+
+# ------------------------------------------------------------------------------------------ HTTP measures
+
+
+def test_http_measure_returns_the_value_and_when_it_was_observed(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(200, {"value": {"balance": 812.5}, "observed_at": "2026-01-05T09:30:00+01:00"})
+
+    value, observed_at = connectors.run_measure(http_measure(endpoint), {"account": BOB})
+
+    assert value == {"balance": 812.5}
+    assert observed_at == datetime(2026, 1, 5, 8, 30, tzinfo=UTC)
+    assert observed_at.tzinfo is not None
+
+
+def test_http_measure_posts_its_name_and_args(endpoint: MeasureEndpoint) -> None:
+    connectors.run_measure(http_measure(endpoint), {"account": BOB})
+
+    assert endpoint.requests == [{"measure": "bank.balance", "args": {"account": BOB}}]
+
+
+def test_http_measure_fails_on_a_500_answer(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(500, {"value": 1, "observed_at": datetime.now(UTC).isoformat()})
+
+    with pytest.raises(MeasureFailed, match="HTTP 500"):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_on_any_status_but_200(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(201, {"value": 1, "observed_at": datetime.now(UTC).isoformat()})
+
+    with pytest.raises(MeasureFailed, match="HTTP 201"):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_when_the_endpoint_answers_after_the_timeout(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(200, {"value": 1, "observed_at": datetime.now(UTC).isoformat()}, delay_s=1.0)
+    started = time.monotonic()
+
+    with pytest.raises(MeasureFailed, match=r"within 0\.2s|timed out"):
+        connectors.run_measure(http_measure(endpoint, timeout_s=0.2), {})
+
+    assert time.monotonic() - started < 0.9
+
+
+def test_http_measure_fails_on_malformed_json(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(raw=b'{"value": 1, "observed_at": ')
+
+    with pytest.raises(MeasureFailed, match="not JSON"):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ([1, "2026-01-05T09:30:00+00:00"], "not a JSON object"),
+        ({"observed_at": "2026-01-05T09:30:00+00:00"}, "lacks value"),
+        ({"value": 1}, "lacks observed_at"),
+        ({"value": 1, "observed_at": "yesterday"}, "not ISO 8601"),
+    ],
+)
+def test_http_measure_fails_on_an_answer_of_the_wrong_shape(
+    endpoint: MeasureEndpoint, body: Any, reason: str
+) -> None:
+    endpoint.answer(200, body)
+
+    with pytest.raises(MeasureFailed, match=reason):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_on_a_nan_value(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(raw=b'{"value": NaN, "observed_at": "2026-01-05T09:30:00+00:00"}')
+
+    with pytest.raises(MeasureFailed, match="not JSON"):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_on_an_observed_at_without_offset(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(200, {"value": 1, "observed_at": "2026-01-05T09:30:00"})
+
+    with pytest.raises(MeasureFailed, match="no UTC offset"):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_on_an_observed_at_in_the_future(endpoint: MeasureEndpoint) -> None:
+    endpoint.answer(200, {"value": 1, "observed_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()})
+
+    with pytest.raises(MeasureFailed, match="in the future"):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_when_nothing_listens() -> None:
+    measure = {
+        "name": "bank.balance",
+        "kind": "http",
+        "url": f"http://127.0.0.1:{free_port()}/",
+        "timeout_s": 2,
+    }
+
+    with pytest.raises(MeasureFailed, match="request failed"):
+        connectors.run_measure(measure, {})
+
+
+def test_a_measure_of_unknown_kind_fails() -> None:
+    with pytest.raises(MeasureFailed, match="unknown measure kind 'ftp'"):
+        connectors.run_measure({"name": "x", "kind": "ftp", "timeout_s": 1}, {})
+
+
+# ------------------------------------------------------------------------------------------ python lookups
+
+
+@connectors.register_lookup("test_connectors.balance")
+def balance_lookup(account: str) -> dict[str, Any]:
+    return {"account": account, "balance": 42.0}
+
+
+@connectors.register_lookup("test_connectors.stamped")
+def stamped_lookup() -> tuple[int, datetime]:
+    return 7, datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+
+
+@connectors.register_lookup("test_connectors.naive")
+def naive_lookup() -> tuple[int, datetime]:
+    return 7, datetime(2026, 1, 5, 9, 30)
+
+
+@connectors.register_lookup("test_connectors.broken")
+def broken_lookup() -> None:
+    raise ConnectionError("core banking is down")
+
+
+@connectors.register_lookup("test_connectors.sleepy")
+def sleepy_lookup() -> int:
+    time.sleep(0.6)
+    return 1
+
+
+def python_measure(lookup: str, timeout_s: float = 2.0) -> dict[str, Any]:
+    return {"name": lookup, "kind": "python", "timeout_s": timeout_s}
+
+
+def test_python_lookup_is_called_with_the_args_and_stamped_with_the_call_time() -> None:
+    before = datetime.now(UTC)
+
+    value, observed_at = connectors.run_measure(python_measure("test_connectors.balance"), {"account": BOB})
+
+    assert value == {"account": BOB, "balance": 42.0}
+    assert before <= observed_at <= datetime.now(UTC)
+
+
+def test_python_lookup_may_report_when_it_observed_the_value() -> None:
+    value, observed_at = connectors.run_measure(python_measure("test_connectors.stamped"), {})
+
+    assert (value, observed_at) == (7, datetime(2026, 1, 5, 9, 30, tzinfo=UTC))
+
+
+def test_python_lookup_with_a_naive_observation_time_fails() -> None:
+    with pytest.raises(MeasureFailed, match="no UTC offset"):
+        connectors.run_measure(python_measure("test_connectors.naive"), {})
+
+
+def test_python_lookup_that_raises_fails_with_the_reason() -> None:
+    with pytest.raises(MeasureFailed, match="ConnectionError: core banking is down"):
+        connectors.run_measure(python_measure("test_connectors.broken"), {})
+
+
+def test_python_lookup_slower_than_its_timeout_fails() -> None:
+    with pytest.raises(MeasureFailed, match=r"did not return within 0\.1s"):
+        connectors.run_measure(python_measure("test_connectors.sleepy", timeout_s=0.1), {})
+
+
+def test_python_lookup_that_was_never_registered_fails() -> None:
+    with pytest.raises(MeasureFailed, match="no python lookup registered"):
+        connectors.run_measure(python_measure("test_connectors.nobody"), {})
+
+
+def test_python_lookup_given_args_it_does_not_take_fails() -> None:
+    with pytest.raises(MeasureFailed, match="TypeError"):
+        connectors.run_measure(python_measure("test_connectors.balance"), {"acount": BOB})
+
+
+# ------------------------------------------------------------------------------------------ python tools
+
+python_tool_calls: list[dict[str, Any]] = []
+
+
+@connectors.register_tool("test_connectors", "transfer")
+def transfer_tool(
+    from_account: str, to_account: str, amount: float, memo: str | None = None
+) -> dict[str, Any]:
+    python_tool_calls.append({"from": from_account, "to": to_account, "amount": amount, "memo": memo})
+    return {"transfer_id": "T1", "amount": amount}
+
+
+@connectors.register_tool("test_connectors", "refuse")
+def refusing_tool() -> None:
+    raise ToolCallFailed("account frozen")
+
+
+@connectors.register_tool("test_connectors", "crash")
+def crashing_tool() -> None:
+    raise RuntimeError("disk full after debit")
+
+
+@connectors.register_tool("test_connectors", "slow")
+def slow_tool() -> None:
+    time.sleep(0.6)
+
+
+PYTHON = {"kind": "python"}
+
+
+def test_python_tool_is_called_once_with_the_arguments_as_keywords() -> None:
+    python_tool_calls.clear()
+
+    result = connectors.call_tool(
+        PYTHON,
+        "test_connectors",
+        "transfer",
+        {"from_account": ALICE, "to_account": BOB, "amount": 5},
+        timeout_s=2,
+    )
+
+    assert result == {"transfer_id": "T1", "amount": 5}
+    assert python_tool_calls == [{"from": ALICE, "to": BOB, "amount": 5, "memo": None}]
+
+
+def test_python_tool_given_arguments_it_does_not_take_fails_without_running() -> None:
+    python_tool_calls.clear()
+
+    with pytest.raises(ToolCallFailed, match="does not accept these arguments"):
+        connectors.call_tool(
+            PYTHON, "test_connectors", "transfer", {"to_account": BOB, "amount": 5}, timeout_s=2
+        )
+
+    assert python_tool_calls == []
+
+
+def test_python_tool_that_refuses_is_a_failed_call() -> None:
+    with pytest.raises(ToolCallFailed, match="account frozen"):
+        connectors.call_tool(PYTHON, "test_connectors", "refuse", {}, timeout_s=2)
+
+
+def test_python_tool_that_crashes_has_an_unknown_outcome() -> None:
+    with pytest.raises(OutcomeUnknown, match="RuntimeError: disk full after debit"):
+        connectors.call_tool(PYTHON, "test_connectors", "crash", {}, timeout_s=2)
+
+
+def test_python_tool_slower_than_its_timeout_has_an_unknown_outcome() -> None:
+    with pytest.raises(OutcomeUnknown, match=r"did not return within 0\.1s"):
+        connectors.call_tool(PYTHON, "test_connectors", "slow", {}, timeout_s=0.1)
+
+
+def test_python_tool_that_was_never_registered_fails() -> None:
+    with pytest.raises(ToolCallFailed, match="no python tool registered as test_connectors/nothing"):
+        connectors.call_tool(PYTHON, "test_connectors", "nothing", {}, timeout_s=2)
+
+
+def test_a_connector_of_unknown_kind_fails() -> None:
+    with pytest.raises(ToolCallFailed, match="unknown connector kind 'smtp'"):
+        connectors.call_tool({"kind": "smtp"}, "bank", "transfer_funds", {}, timeout_s=2)
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, float("inf"), True])
+def test_a_call_needs_a_positive_finite_timeout(timeout_s: float) -> None:
+    with pytest.raises(ToolCallFailed, match="timeout_s must be"):
+        connectors.call_tool(PYTHON, "test_connectors", "transfer", {}, timeout_s=timeout_s)
+
+
+# ------------------------------------------------------------------------------------------ MCP over stdio
+
+
+def test_stdio_list_tools_returns_the_bank_tools_as_mcp_tool_dicts() -> None:
+    tools = {tool["name"]: tool for tool in connectors.list_tools(BANK_STDIO, timeout_s=20)}
+
+    assert set(tools) == {"transfer_funds", "get_balance"}
+    assert tools["transfer_funds"]["inputSchema"] == bank.TOOL_SPECS["transfer_funds"]["inputSchema"]
+    assert tools["transfer_funds"]["_meta"]["x-preflight"] == bank.EXTENSIONS["transfer_funds"]
+    assert tools["get_balance"]["annotations"]["readOnlyHint"] is True
+
+
+def test_stdio_call_tool_returns_the_mcp_result() -> None:
+    result = connectors.call_tool(BANK_STDIO, "bank", "get_balance", {"account": BOB}, timeout_s=20)
+
+    assert result["isError"] is False
+    assert result["structuredContent"] == {"account": BOB, "balance": 300.0, "currency": "EUR"}
+    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+
+
+def test_stdio_server_that_cannot_start_fails_and_says_why() -> None:
+    broken = {"kind": "mcp_stdio", "command": [sys.executable, "-m", "console.demo.no_such_server"]}
+
+    with pytest.raises(ToolCallFailed, match=r"No module named console\.demo\.no_such_server"):
+        connectors.call_tool(broken, "bank", "get_balance", {"account": BOB}, timeout_s=20)
+
+
+def test_stdio_command_that_does_not_exist_fails() -> None:
+    missing = {"kind": "mcp_stdio", "command": [str(REPO / "no-such-binary")]}
+
+    with pytest.raises(ToolCallFailed, match="FileNotFoundError"):
+        connectors.call_tool(missing, "bank", "get_balance", {"account": BOB}, timeout_s=5)
+
+
+# ------------------------------------------------------------------------------------------ MCP over HTTP
+
+
+def test_http_call_tool_moves_money_on_the_running_server(bank_http: dict[str, Any]) -> None:
+    before = connectors.call_tool(bank_http, "bank", "get_balance", {"account": ALICE}, timeout_s=10)
+
+    result = connectors.call_tool(
+        bank_http,
+        "bank",
+        "transfer_funds",
+        {"from_account": ALICE, "to_account": BOB, "amount": 20},
+        timeout_s=10,
+    )
+
+    after = connectors.call_tool(bank_http, "bank", "get_balance", {"account": ALICE}, timeout_s=10)
+    assert result["structuredContent"]["amount"] == 20
+    assert after["structuredContent"]["balance"] == before["structuredContent"]["balance"] - 20
+
+
+def test_http_tool_error_result_is_a_failed_call_carrying_that_result(bank_http: dict[str, Any]) -> None:
+    arguments = {"from_account": BOB, "to_account": ALICE, "amount": 1_000_000}
+
+    with pytest.raises(ToolCallFailed, match="insufficient funds") as failure:
+        connectors.call_tool(bank_http, "bank", "transfer_funds", arguments, timeout_s=10)
+
+    assert failure.value.result["isError"] is True
+
+
+def test_http_call_of_a_tool_the_server_does_not_list_fails(bank_http: dict[str, Any]) -> None:
+    with pytest.raises(ToolCallFailed, match="does not list a tool named 'close_account'"):
+        connectors.call_tool(bank_http, "bank", "close_account", {"account": BOB}, timeout_s=10)
+
+
+def test_http_list_tools_matches_the_demo_definitions(bank_http: dict[str, Any]) -> None:
+    tools = connectors.list_tools(bank_http, timeout_s=10)
+
+    assert [tool["name"] for tool in tools] == ["transfer_funds", "get_balance"]
+    assert tools[1]["outputSchema"] == bank.TOOL_SPECS["get_balance"]["outputSchema"]
+
+
+def test_http_connection_refused_is_a_failed_call() -> None:
+    refused = {"kind": "mcp_http", "url": f"http://127.0.0.1:{free_port()}/mcp"}
+
+    with pytest.raises(ToolCallFailed, match="ConnectError"):
+        connectors.call_tool(refused, "bank", "transfer_funds", {}, timeout_s=5)
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port whose connections the kernel accepts but nobody ever answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield int(listener.getsockname()[1])
+
+
+def test_http_server_that_never_answers_the_handshake_fails_at_the_connect_timeout(silent_port: int) -> None:
+    silent = {"kind": "mcp_http", "url": f"http://127.0.0.1:{silent_port}/mcp", "connect_timeout_s": 0.3}
+
+    with pytest.raises(ToolCallFailed, match=r"could not connect within 0\.3s"):
+        connectors.call_tool(silent, "bank", "transfer_funds", {}, timeout_s=5)
+
+
+def test_list_tools_from_a_server_that_never_answers_fails_at_its_timeout(silent_port: int) -> None:
+    silent = {"kind": "mcp_http", "url": f"http://127.0.0.1:{silent_port}/mcp"}
+
+    with pytest.raises(ToolCallFailed, match=r"no tools/list answer within 0\.3s"):
+        connectors.list_tools(silent, timeout_s=0.3)
+
+
+def test_http_reply_slower_than_the_timeout_is_unknown_and_the_money_did_move(
+    slow_bank_http: dict[str, Any],
+) -> None:
+    arguments = {"from_account": BOB, "to_account": ALICE, "amount": 12.5}
+    started = time.monotonic()
+
+    with pytest.raises(OutcomeUnknown, match="timed out"):
+        connectors.call_tool(slow_bank_http, "bank", "transfer_funds", arguments, timeout_s=0.5)
+
+    assert time.monotonic() - started < 2.5
+    balance = connectors.call_tool(slow_bank_http, "bank", "get_balance", {"account": BOB}, timeout_s=10)
+    assert balance["structuredContent"]["balance"] == 300.0 - 12.5
+
+
+def test_a_call_from_inside_a_running_event_loop_still_works(bank_http: dict[str, Any]) -> None:
+    async def from_async_code() -> list[dict[str, Any]]:
+        return connectors.list_tools(bank_http, timeout_s=10)
+
+    tools = asyncio.run(from_async_code())
+
+    assert {tool["name"] for tool in tools} == {"transfer_funds", "get_balance"}
+
+
+# ------------------------------------------------------------------------------------------ MCP measures
+
+
+def mcp_measure(connector: dict[str, Any], tool: str, **config: Any) -> dict[str, Any]:
+    return {
+        "name": "bank.balance",
+        "kind": "mcp",
+        "timeout_s": 10,
+        "config": {"connector": connector, "tool": tool, **config},
+    }
+
+
+def test_mcp_measure_reads_a_field_of_get_balance(bank_http: dict[str, Any]) -> None:
+    before = datetime.now(UTC)
+
+    value, observed_at = connectors.run_measure(
+        mcp_measure(bank_http, "get_balance", field="currency"), {"account": BOB}
+    )
+
+    assert value == "EUR"
+    assert before <= observed_at <= datetime.now(UTC)
+
+
+def test_mcp_measure_without_a_field_is_the_whole_structured_content(bank_http: dict[str, Any]) -> None:
+    value, _ = connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB})
+
+    assert set(value) == {"account", "balance", "currency"}
+
+
+def test_mcp_measure_refuses_a_tool_not_annotated_read_only(bank_http: dict[str, Any]) -> None:
+    arguments = {"from_account": ALICE, "to_account": BOB, "amount": 1}
+
+    with pytest.raises(MeasureFailed, match="not annotated readOnlyHint"):
+        connectors.run_measure(mcp_measure(bank_http, "transfer_funds"), arguments)
+
+
+def test_mcp_measure_of_an_unknown_account_fails(bank_http: dict[str, Any]) -> None:
+    with pytest.raises(MeasureFailed, match="unknown account NOPE"):
+        connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": "NOPE"})
+
+
+# ------------------------------------------------------------------------------------------ demo servers
+
+
+def call_in_process(make_tools: Any, tool: str, arguments: dict[str, Any]) -> Any:
+    async def run() -> Any:
+        async with Client(build_server("demo", make_tools()), cache=None) as client:
+            return await client.call_tool(tool, arguments)
+
+    return anyio.run(run)
+
+
+def test_shop_place_order_offers_card_or_invoice_as_one_of_two_branches() -> None:
+    schema = shop.TOOL_SPECS["place_order"]["inputSchema"]
+
+    assert schema["oneOf"] == [{"required": ["card_token"]}, {"required": ["invoice_ref"]}]
+    assert schema["properties"]["shipping"]["required"] == ["address", "city", "country"]
+
+
+def test_shop_refuses_an_order_naming_both_payment_methods() -> None:
+    order = {
+        "sku": "MUG-001",
+        "quantity": 1,
+        "shipping": {"address": "Hauptstr. 1", "city": "Berlin", "country": "DE"},
+        "card_token": "tok_1",
+        "invoice_ref": "INV-1",
+    }
+
+    result = call_in_process(shop.make_tools, "place_order", order)
+
+    assert result.is_error is True
+    assert "invalid_arguments" in result.content[0].text
+
+
+def test_shop_places_an_order_paid_by_invoice() -> None:
+    order = {
+        "sku": "MUG-001",
+        "quantity": 2,
+        "shipping": {"address": "Hauptstr. 1", "city": "Berlin", "country": "DE"},
+        "invoice_ref": "INV-1",
+    }
+
+    result = call_in_process(shop.make_tools, "place_order", order)
+
+    assert result.structured_content == {
+        "order_id": "O0001",
+        "sku": "MUG-001",
+        "quantity": 2,
+        "payment": "invoice",
+        "status": "placed",
+    }
+
+
+def test_bank_refuses_a_transfer_to_the_same_account() -> None:
+    result = call_in_process(
+        bank.make_tools, "transfer_funds", {"from_account": BOB, "to_account": BOB, "amount": 1}
+    )
+
+    assert result.is_error is True
+    assert "same account" in result.content[0].text
+
+
+# ------------------------------------------------------------------------------------------ embedded demo
+
+
+def test_in_process_bank_transfer_shows_in_the_balance_lookup() -> None:
+    from console.demo import inprocess
+
+    inprocess.register()
+    lookup = {"name": "bank.balance", "kind": "python", "timeout_s": 2}
+    before, _ = connectors.run_measure(lookup, {"account": ALICE})
+
+    connectors.call_tool(
+        PYTHON,
+        "bank",
+        "transfer_funds",
+        {"from_account": ALICE, "to_account": BOB, "amount": 100},
+        timeout_s=2,
+    )
+
+    after, _ = connectors.run_measure(lookup, {"account": ALICE})
+    assert after == before - 100
+
+
+def test_in_process_bank_refuses_arguments_its_schema_rejects() -> None:
+    from console.demo import inprocess
+
+    inprocess.register()
+    with pytest.raises(ToolCallFailed, match="-5 is less than or equal to the minimum of 0"):
+        connectors.call_tool(
+            PYTHON,
+            "bank",
+            "transfer_funds",
+            {"from_account": ALICE, "to_account": BOB, "amount": -5},
+            timeout_s=2,
+        )
+
+
+def test_in_process_tool_definitions_are_what_the_server_lists(bank_http: dict[str, Any]) -> None:
+    from console.demo import inprocess
+
+    assert inprocess.tool_definitions("bank") == connectors.list_tools(bank_http, timeout_s=10)
