@@ -8,8 +8,10 @@ started from. RFC 8785 deliberately makes 1 and 1.0 the same bytes: JSON has one
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import rfc8785
 
@@ -26,8 +28,72 @@ def canonical_json(obj: object) -> bytes:
     infinities, non-string keys, integers beyond 2**53 - 1, arbitrary objects): guessing a
     representation would let two different values share a digest.
     """
+    try:
+        plain, exact = _fast(obj)
+    except (_NotPlain, RecursionError):
+        # The slow walk names the offending location (and finds cycles) for the error message.
+        _plain(obj, "$", set())
+        raise AssertionError("the fast and the slow walk disagree") from None
+    if exact:
+        # Without non-integral floats and astral-plane keys, sorted compact json.dumps is byte-for-byte
+        # RFC 8785 (same escapes, same key order), at a fraction of the pure-Python encoder's cost.
+        text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            _plain(obj, "$", set())  # a lone surrogate: raises with its location
+            raise
     # _plain has produced only JSON types; rfc8785 just cannot see that through `object`.
     return rfc8785.dumps(_plain(obj, "$", set()))  # type: ignore[arg-type]
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _fast(obj: Any) -> tuple[Any, bool]:
+    """Copy a JSON value to plain types; the flag says whether json.dumps spells it exactly as RFC 8785."""
+    if obj is None or obj is True or obj is False or type(obj) is str:
+        return obj, True
+    if type(obj) is int:
+        if not -_INT_LIMIT <= obj <= _INT_LIMIT:
+            raise _NotPlain
+        return obj, True
+    if type(obj) is float:
+        if not math.isfinite(obj):
+            raise _NotPlain
+        if obj.is_integer() and -_INT_LIMIT <= obj <= _INT_LIMIT:
+            return int(obj), True  # RFC 8785 writes 120.0 as 120
+        # In this range Python's repr and ECMAScript's Number::toString both write the shortest
+        # round-trip digits in plain decimal notation; outside it their exponent forms differ.
+        return obj, not obj.is_integer() and 1e-4 <= abs(obj) < 1e16
+    if isinstance(obj, Mapping):
+        out = {}
+        exact = True
+        for key, value in obj.items():
+            if type(key) is not str:
+                raise _NotPlain
+            if exact and not key.isascii() and max(map(ord, key)) > 0xFFFF:
+                exact = False  # RFC 8785 sorts by UTF-16 code units; Python by code points
+            out[key], ok = _fast(value)
+            exact = exact and ok
+        return out, exact
+    if isinstance(obj, list | tuple):
+        items = []
+        exact = True
+        for item in obj:
+            plain, ok = _fast(item)
+            items.append(plain)
+            exact = exact and ok
+        return items, exact
+    # Subclasses (str and int enums): their plain value, as the slow walk would hand it to rfc8785.
+    if isinstance(obj, str):
+        return str.__str__(obj), True
+    if isinstance(obj, int):
+        return _fast(int(obj))
+    if isinstance(obj, float):
+        return _fast(float(obj))
+    raise _NotPlain
 
 
 def digest(obj: object) -> str:

@@ -119,6 +119,9 @@ class SlotConfig:
     measure: str | None = None  # for an `observed` source: the measure whose value settles the slot
 
 
+_DEFAULT_SLOT = SlotConfig()
+
+
 @dataclass(frozen=True, slots=True)
 class MeasureSpec:
     name: str
@@ -180,7 +183,7 @@ class ToolContract:
         return self.annotations_trusted and self.annotations.get("readOnlyHint") is True
 
     def slot_config(self, path: str) -> SlotConfig:
-        return (self.extension.slots or {}).get(path, SlotConfig())
+        return (self.extension.slots or {}).get(path, _DEFAULT_SLOT)
 
 
 def contract_from_mcp(

@@ -12,9 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
-import jsonschema
-from jsonschema.validators import validator_for
-
 from .approvals import approval_state
 from .canonical import digest
 from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation, Rule, rules_stamp
@@ -26,22 +23,22 @@ from .pointers import Span, check_pointer
 from .record import Finding, Gap, GapClass, MeasureRequest, Question, Record, SlotState, Unmet
 from .request import Answer, Evidence, ExecutionRequest, Observation
 from .schema import BranchGroup, ObjectNode, Property, compile_object, select_branches
+from .validation import PayloadValidator
 
 __all__ = ["Plan", "compile_plan", "preflight", "select_tool"]
 
 Route = Literal["ask_user", "measure", "hold", "provider_gap", "unsupported"]
 
-_validators: dict[str, Any] = {}
+_validators: dict[str, PayloadValidator] = {}
 _validators_lock = threading.Lock()
 
 
-def _validator(schema: Mapping[str, Any]) -> Any:
-    """A compiled validator (Draft 2020-12 unless declared) with format checking, cached by schema digest."""
+def _validator(schema: Mapping[str, Any]) -> PayloadValidator:
+    """A payload validator (Draft 2020-12 unless declared, formats checked), cached by schema digest."""
     key = digest(schema)
     found = _validators.get(key)
     if found is None:
-        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        found = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        found = PayloadValidator(schema)
         with _validators_lock:
             _validators[key] = found
     return found
@@ -51,7 +48,7 @@ def _validator(schema: Mapping[str, Any]) -> Any:
 class Plan:
     contract: ToolContract
     root: ObjectNode | None
-    validator: Any = field(compare=False, repr=False)
+    validator: PayloadValidator | None = field(compare=False, repr=False)
     rules: tuple[Checklist, ...]
     checklist_version: str
     fixed: tuple[FixedObligation, ...]
@@ -131,6 +128,7 @@ class _Run:
         self.reasons: list[str] = []
         self.values: dict[str, Any] = {}  # settled argument path -> value (null included as None)
         self.arg_slots: dict[str, SlotState] = {}
+        self.resolved: dict[str, _Resolution] = {}
         self.objects: list[str] = []  # nested objects that are present, even with no settled member
         self.deferred = False
         self.timing_at: datetime | None = None
@@ -513,7 +511,11 @@ class _Run:
         ):
             resolutions[name] = self.resolve_prop(node.properties[name])
         grounded = {n for n, r in resolutions.items() if r.status == "known"}
-        values = {n: resolutions[n].value for n in grounded}
+        # A nested object counts as grounded once any member of it is: that is what makes it present.
+        grounded |= {
+            n for n, p in node.properties.items() if p.child is not None and self.member_grounded(p.child)
+        }
+        values = {n: resolutions[n].value for n in grounded if n in resolutions}
         branch_answers = self.branch_answers(node)
         base_required = set(node.required) | {
             n for n in node.properties if node.properties[n].path in extra_required
@@ -580,13 +582,28 @@ class _Run:
         return self.contract.slot_config(prop.path)
 
     def resolve_prop(self, prop: Property) -> _Resolution:
+        done = self.resolved.get(prop.path)
+        if done is not None:
+            return done
         cfg = self.config(prop)
         res = self.walk_sources(
             f"arg:{prop.path}", cfg.sources, path=prop.path, schema=prop.schema, config=cfg
         )
         if res.status != "unknown":
             self.values[prop.path] = res.value
+        if not res.waits_for:
+            # a lookup waiting for other arguments is looked at again once they are settled
+            self.resolved[prop.path] = res
         return res
+
+    def member_grounded(self, node: ObjectNode) -> bool:
+        for prop in node.properties.values():
+            if prop.child is not None:
+                if self.member_grounded(prop.child):
+                    return True
+            elif self.has_evidence(prop) and self.resolve_prop(prop).status == "known":
+                return True
+        return False
 
     def branch_answers(self, node: ObjectNode) -> dict[str, int]:
         out = {}
@@ -679,7 +696,7 @@ class _Run:
         self.arg_slots[prop.path] = slot
         self.add(slot)
         if route == "ask_user":
-            text = cfg.question or f"What {label} should be used?"
+            text = cfg.question or f"What should the {label} be?"
             if not required:
                 text = cfg.question or f"Should {label} be included, and if so, what is it?"
             self.questions.append(Question(key, self.sanitize(text), dict(prop.schema)))
@@ -948,11 +965,12 @@ class _Run:
         )
         if not complete:
             return payload, None, ()
-        errors = sorted(self.plan.validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
-        messages = tuple(
-            f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors[:20]
-        )
-        return payload, not errors, messages
+        validator = self.plan.validator
+        if validator is None:
+            return payload, None, ()
+        if validator.is_valid(payload):
+            return payload, True, ()
+        return payload, False, tuple(validator.errors(payload)[:20])
 
     def required_path(self, path: str) -> bool:
         root = self.plan.root
@@ -972,7 +990,8 @@ class _Run:
         self.provider_slots()
         self.conditions()
         payload, valid, errors = self.payload()
-        payload_digest = digest(payload) if payload is not None and valid else None
+        full_digest = digest(payload) if payload is not None else None
+        payload_digest = full_digest if valid else None
         self.approvals(payload_digest)
         notices = (
             *self.contract.extension.notices,
@@ -995,7 +1014,7 @@ class _Run:
             gaps=tuple(self.gaps),
             notices=notices,
             payload=payload,
-            payload_digest=digest(payload) if payload is not None else None,
+            payload_digest=full_digest,
             payload_valid=valid,
             payload_errors=errors,
             unknown_count=sum(1 for s in self.slots if s.status == "unknown"),

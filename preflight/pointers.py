@@ -137,6 +137,11 @@ def check_pointer(
 
 def values_match(text: str, value: object, schema: Mapping[str, Any] | None = None) -> bool:
     """Whether `text` (the words a pointer covers) states `value`, under fixed, locale-free rules."""
+    # Fast path for the common case, the exact spelling: every rule below accepts it too.
+    if text == value and type(value) is str and value[:1].isalnum() and value[-1:].isalnum():
+        return True
+    if type(value) is int and text == str(value):
+        return True
     if isinstance(value, bool):
         return _bool_matches(text, value)
     if isinstance(value, int | float):

@@ -137,6 +137,7 @@ class _Builder:
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
         self.problems: list[Unsupported] = []
+        self.expanding: list[str] = ["#"]  # references being expanded on the way down: a repeat is a cycle
 
     def resolve(
         self, schema: Mapping[str, Any], location: str, seen: tuple[str, ...] = ()
@@ -240,7 +241,17 @@ class _Builder:
                     )
 
     def prop(self, name: str, sub: Any, location: str, path: str) -> Property:
+        if "." in name:
+            # Slot keys and payload paths are dotted; such a name could not be told from a nested one.
+            self.problems.append(Unsupported(location, "properties", f"property name {name!r} contains '.'"))
         if not isinstance(sub, Mapping):
+            return Property(name, _join(path, name), {}, None)
+        ref = sub.get("$ref")
+        if isinstance(ref, str) and ref in self.expanding:
+            self.problems.append(Unsupported(location, "$ref", f"recursive reference {ref}"))
+            return Property(name, _join(path, name), {}, None)
+        if len(self.expanding) > 16:
+            self.problems.append(Unsupported(location, "$ref", "references nest deeper than 16 levels"))
             return Property(name, _join(path, name), {}, None)
         resolved = self.resolve(sub, location)
         child = None
@@ -249,7 +260,11 @@ class _Builder:
             and resolved["properties"]
             and _is_object(resolved)
         ):
-            child = self.node(resolved, location, _join(path, name))
+            self.expanding.append(ref if isinstance(ref, str) else "")
+            try:
+                child = self.node(resolved, location, _join(path, name))
+            finally:
+                self.expanding.pop()
         return Property(name, _join(path, name), resolved, child)
 
     def group(

@@ -4,6 +4,9 @@ import hashlib
 from types import MappingProxyType
 
 import pytest
+import rfc8785
+from hypothesis import given
+from hypothesis import strategies as st
 
 from preflight.canonical import canonical_json, digest
 
@@ -73,3 +76,16 @@ def test_a_value_that_contains_itself_raises_type_error() -> None:
 def test_a_shared_but_acyclic_subvalue_is_fine() -> None:
     shared = [1]
     assert canonical_json([shared, shared]) == b"[[1],[1]]"
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_json_values)
+def test_the_fast_encoder_writes_exactly_the_rfc_8785_bytes(value: object) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)  # type: ignore[arg-type]
