@@ -43,6 +43,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the body: an oversized agent request is a 413 in the API's error shape.
+    "console.middleware.APIBodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -107,9 +109,21 @@ CELERY_TASK_TIME_LIMIT = env_int("PREFLIGHT_TASK_TIME_LIMIT_S", 60)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 5)
 CELERY_TIMEZONE = "UTC"
 
+# Fail fast when Redis is unreachable: the API then records a hold (lookups) instead of hanging.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 2
+CELERY_REDIS_SOCKET_TIMEOUT = 5
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+
+# A pending lookup older than this is taken as lost (error finding) at the next preflight.
+PREFLIGHT_LOOKUP_LOST_AFTER_S = env_int("PREFLIGHT_LOOKUP_LOST_AFTER_S", 2 * CELERY_TASK_TIME_LIMIT)
+
 # Grants
 
 PREFLIGHT_SIGNING_KEY_PATH = env_path("PREFLIGHT_SIGNING_KEY_PATH", VAR_DIR / "grant_signing_key.pem")
+# Short: a grant is for running the call now, not a standing permission.
+PREFLIGHT_GRANT_TTL_S = env_int("PREFLIGHT_GRANT_TTL_S", 300)
+PREFLIGHT_TOOL_TIMEOUT_S = env_int("PREFLIGHT_TOOL_TIMEOUT_S", 30)
 
 # Auth
 
@@ -136,12 +150,17 @@ STATIC_ROOT = env_path("PREFLIGHT_STATIC_ROOT", VAR_DIR / "collected-static")
 
 # API
 
+# An agent request is a conversation and its candidates; more than 1 MiB is refused with a 413.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["console.api.parsers.StrictJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["console.api.auth.BearerTokenAuthentication"],
+    "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
     # Fail closed: an API view that forgets to declare permissions is not public.
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -154,6 +173,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # Vendored under static/vendor/ because the default CDN is unreachable from where the console runs.
     "REDOC_DIST": f"{STATIC_URL}vendor/redoc-2.5.4",
+    # Two different choice sets share the field name "outcome"; name each so the schema is stable.
+    "ENUM_NAME_OVERRIDES": {
+        "FindingOutcomeEnum": ["found", "no_result", "error"],
+        "RunOutcomeEnum": ["executed", "failed", "outcome_unknown"],
+    },
 }
 
 LOGGING = {

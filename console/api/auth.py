@@ -1,0 +1,57 @@
+"""Agent authentication: `Authorization: Bearer <token>`, checked against the stored SHA-256 of the token."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
+
+from console.models import AgentToken
+
+
+class Agent:
+    """The authenticated caller of the agent API: a token, not a console user."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+
+    def __init__(self, token: AgentToken) -> None:
+        self.token = token
+        self.username = f"agent:{token.name}"
+
+    def __str__(self) -> str:
+        return self.username
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Agent, AgentToken] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise AuthenticationFailed("expected 'Authorization: Bearer <token>'")
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+        row = AgentToken.objects.filter(token_sha256=digest, revoked_at__isnull=True).first()
+        if row is None:
+            raise AuthenticationFailed("unknown or revoked token")
+        return Agent(row), row
+
+    def authenticate_header(self, request: Request) -> str:
+        # Present, so DRF answers 401 (not 403) when the token is missing.
+        return 'Bearer realm="preflight"'
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = BearerTokenAuthentication
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "description": "python manage.py create_agent_token NAME"}

@@ -1,0 +1,242 @@
+"""Executions: submit a candidate execution, answer its questions, read it, run it with its grant."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console import services
+from console.api.access import execution_or_404
+from console.api.common import actor, errors
+from console.api.fields import AnyJSON, Array, Flag, Integer, Object, Text
+from console.api.records import RecordOut
+from console.errors import BadInput
+from console.records import record_answer
+
+MAX_WAIT_S = 10.0
+_POLL_S = 0.1
+
+# The request fields the engine reads; anything else in the body is not stored.
+REQUEST_FIELDS = (
+    "server",
+    "tool",
+    "tool_candidates",
+    "principal",
+    "conversation",
+    "candidates",
+    "action_name",
+    "timing",
+    "intended_change",
+    "environment",
+)
+
+
+class SpanIn(serializers.Serializer):
+    turn = Integer(help_text="index into conversation")
+    start = Integer(help_text="code point offset into the turn's content")
+    end = Integer(help_text="exclusive end offset")
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"$ref": "#/components/schemas/SpanIn"},
+            {"type": "array", "items": {"$ref": "#/components/schemas/SpanIn"}, "minItems": 1},
+        ]
+    }
+)
+class PointerField(serializers.Field):
+    """One span, or one span per element of an array value."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, list):
+            if not data:
+                raise serializers.ValidationError("an array of spans must not be empty")
+            problems = {}
+            for i, item in enumerate(data):
+                span = SpanIn(data=item)
+                if not span.is_valid():
+                    problems[i] = span.errors
+            if problems:
+                raise serializers.ValidationError(problems)
+            return data
+        span = SpanIn(data=data)
+        if not span.is_valid():
+            raise serializers.ValidationError(span.errors)
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class TurnIn(serializers.Serializer):
+    role = Text(help_text="user, system, developer, assistant or tool")
+    content = Text(allow_blank=True)
+    trusted = Flag(required=False, help_text="only trusted user/system/developer turns can settle a slot")
+
+
+class CandidateIn(serializers.Serializer):
+    value = AnyJSON()
+    pointer = PointerField(required=False, allow_null=True)
+
+
+class TimingIn(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["immediate", "at"])
+    at = Text(required=False, help_text="ISO 8601 with a UTC offset, for mode 'at'")
+    pointer = SpanIn(required=False, allow_null=True)
+
+
+class ToolRefIn(serializers.Serializer):
+    server = Text()
+    tool = Text()
+
+
+class ExecutionIn(serializers.Serializer):
+    server = Text(required=False)
+    tool = Text(required=False)
+    tool_candidates = Array(child=ToolRefIn(), required=False, min_length=1, max_length=50)
+    principal = Text(help_text='who the call is for, e.g. "user:alice"')
+    conversation = Array(child=TurnIn(), required=False)
+    candidates = Object(child=CandidateIn(), required=False, help_text="argument name -> value + pointer")
+    action_name = SpanIn(required=False, allow_null=True, help_text="the user's words naming the action")
+    timing = TimingIn(required=False, allow_null=True)
+    intended_change = AnyJSON(required=False, help_text='a string, or {"effect": "<declared effect>"}')
+    environment = Text(required=False, allow_blank=True)
+
+    def validate_intended_change(self, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, dict) and isinstance(value.get("effect"), str):
+            return value
+        raise serializers.ValidationError('must be a string or {"effect": "<string>"}')
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        named = "server" in attrs or "tool" in attrs
+        if named and "tool_candidates" in attrs:
+            raise serializers.ValidationError(
+                {"tool_candidates": "give server + tool, or tool_candidates, not both"}
+            )
+        if not named and "tool_candidates" not in attrs:
+            raise serializers.ValidationError({"tool": "required (with server), or give tool_candidates"})
+        if named and not ("server" in attrs and "tool" in attrs):
+            missing = "tool" if "server" in attrs else "server"
+            raise serializers.ValidationError(
+                {missing: "required together with " + ({"server", "tool"} - {missing}).pop()}
+            )
+        return attrs
+
+
+class AnswersIn(serializers.Serializer):
+    answers = Object(child=AnyJSON(), help_text="slot key -> the user's own words, from a trusted channel")
+    remember = Array(
+        child=Text(), required=False, help_text="slot keys the user consented to have remembered (presets)"
+    )
+
+
+class RunIn(serializers.Serializer):
+    grant = Text(help_text="the grant token from the record")
+
+
+class RunOut(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=["executed", "failed", "outcome_unknown"])
+    result = AnyJSON()
+    detail = serializers.CharField(required=False)
+
+
+class ExecutionCreateView(APIView):
+    @extend_schema(
+        operation_id="executions_create",
+        summary="Submit a candidate execution and get its first preflight record",
+        request=ExecutionIn,
+        responses={201: RecordOut, **errors(404, 422)},
+    )
+    def post(self, request: Request) -> Response:
+        ExecutionIn(data=request.data).is_valid(raise_exception=True)
+        body = {k: request.data[k] for k in REQUEST_FIELDS if k in request.data}
+        execution = services.execution_create(body=body, token=request.auth, actor=actor(request))
+        return Response(record_answer(execution_or_404(execution.pk)), status=201)
+
+
+class ExecutionDetailView(APIView):
+    @extend_schema(
+        operation_id="executions_retrieve",
+        summary="The latest record of an execution",
+        parameters=[
+            OpenApiParameter(
+                "wait",
+                OpenApiTypes.NUMBER,
+                description=f"while the verdict is `measure`, wait up to this long (max {MAX_WAIT_S:g})",
+            )
+        ],
+        responses={200: RecordOut, **errors(404)},
+    )
+    def get(self, request: Request, execution_id: str) -> Response:
+        wait = _wait_seconds(request.query_params.get("wait"))
+        execution = execution_or_404(execution_id)
+        deadline = time.monotonic() + wait
+        while execution.verdict == "measure" and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            execution.refresh_from_db(fields=["verdict", "records"])
+        return Response(record_answer(execution))
+
+
+def _wait_seconds(raw: str | None) -> float:
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise BadInput("invalid", f"wait: a number of seconds from 0 to {MAX_WAIT_S:g}") from None
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise BadInput("invalid", f"wait: a number of seconds from 0 to {MAX_WAIT_S:g}")
+    return wait
+
+
+class ExecutionAnswerView(APIView):
+    @extend_schema(
+        operation_id="executions_answer",
+        summary="Answer questions (and optionally remember answers); the execution is preflighted again",
+        request=AnswersIn,
+        responses={200: RecordOut, **errors(404, 409, 422)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        data = AnswersIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        execution = execution_or_404(execution_id)
+        services.execution_answer(
+            execution_id=execution.pk,
+            answers=data.validated_data["answers"],
+            remember=data.validated_data.get("remember", []),
+            # The agent relays the user's own words; the user is the one who answered.
+            answered_by=execution.principal,
+            channel="agent",
+            actor=actor(request),
+        )
+        return Response(record_answer(execution_or_404(execution.pk)))
+
+
+class ExecutionRunView(APIView):
+    @extend_schema(
+        operation_id="executions_run",
+        summary="Run the granted call, once. 409 for an expired, used, tampered or foreign grant",
+        request=RunIn,
+        responses={200: RunOut, **errors(404, 409)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        data = RunIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        execution = execution_or_404(execution_id)
+        outcome = services.execution_run(
+            execution_id=execution.pk, token=data.validated_data["grant"], actor=actor(request)
+        )
+        body: dict[str, Any] = {"outcome": outcome.outcome, "result": outcome.result}
+        if outcome.detail:
+            body["detail"] = outcome.detail
+        return Response(body)

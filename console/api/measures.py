@@ -1,0 +1,56 @@
+"""Measures: the lookups a contract's `measures` name (HTTP endpoints, read-only MCP tools, Python)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console import services
+from console.api.common import actor, errors
+from console.api.fields import AnyJSON, Number, Object, Text
+from console.models import Measure
+
+
+class MeasureIn(serializers.Serializer):
+    name = Text(max_length=200, help_text="the `lookup` a contract's measure names, e.g. bank.balance")
+    kind = serializers.ChoiceField(choices=list(Measure.KINDS))
+    url = Text(required=False, allow_blank=True, max_length=2000)
+    timeout_s = Number(required=False, default=5.0, min_value=0.01, max_value=60)
+    config = Object(child=AnyJSON(), required=False)
+
+
+class MeasureOut(serializers.Serializer):
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    url = serializers.CharField()
+    timeout_s = serializers.FloatField()
+    config = serializers.DictField()
+    created = serializers.BooleanField(help_text="false when an existing measure was redefined")
+
+
+class MeasureCreateView(APIView):
+    @extend_schema(
+        operation_id="measures_create",
+        summary="Register a lookup (or redefine one by name)",
+        request=MeasureIn,
+        responses={201: MeasureOut, 200: MeasureOut, **errors()},
+    )
+    def post(self, request: Request) -> Response:
+        data = MeasureIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        v: dict[str, Any] = data.validated_data
+        measure, created = services.measure_create(
+            name=v["name"],
+            kind=v["kind"],
+            url=v.get("url", ""),
+            timeout_s=v["timeout_s"],
+            config=v.get("config"),
+            actor=actor(request),
+        )
+        out = MeasureOut({**measure.as_connector_spec(), "created": created}).data
+        return Response(out, status=201 if created else 200)

@@ -1,0 +1,51 @@
+"""Presets: answers a principal consented to have remembered. Listed and revoked, never edited."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console import services
+from console.api.common import actor, errors
+from console.api.fields import AnyJSON
+from console.errors import BadInput
+
+
+class PresetOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    principal = serializers.CharField()
+    tool = serializers.CharField(help_text="server/tool the value was given for")
+    slot_key = serializers.CharField()
+    value = AnyJSON()
+    consent = serializers.DictField(help_text="who consented, when, in which execution")
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+class PresetListView(APIView):
+    @extend_schema(
+        operation_id="presets_list",
+        summary="The active presets of one principal",
+        parameters=[OpenApiParameter("principal", OpenApiTypes.STR, required=True)],
+        responses={200: PresetOut(many=True), **errors()},
+    )
+    def get(self, request: Request) -> Response:
+        principal = request.query_params.get("principal", "")
+        if not principal:
+            raise BadInput("invalid", "principal: required query parameter")
+        return Response(PresetOut(services.preset_list(principal=principal), many=True).data)
+
+
+class PresetRevokeView(APIView):
+    @extend_schema(
+        operation_id="presets_revoke",
+        summary="Revoke a preset; later executions ask again",
+        responses={200: PresetOut, **errors(404)},
+    )
+    def delete(self, request: Request, preset_id: int) -> Response:
+        preset = services.preset_revoke(preset_id=preset_id, actor=actor(request))
+        return Response(PresetOut(preset).data)

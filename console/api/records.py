@@ -1,0 +1,109 @@
+"""Output serializers for the record (the answer to every execution call). They document the shape for the
+OpenAPI schema; the views send the engine's JSON as it was recorded, so fields added later are never dropped
+on the way out and nothing is re-serialized per call."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from console.api.fields import AnyJSON
+
+
+class FindingOut(serializers.Serializer):
+    source = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=["found", "no_result", "error"])
+    pointer = serializers.DictField(required=False)
+    detail = serializers.CharField(required=False)
+
+
+class SlotOut(serializers.Serializer):
+    key = serializers.CharField(
+        help_text="arg:<name>, cond:<id>, fixed:..., user:<rule>, approval:<id>, branch:..."
+    )
+    kind = serializers.ChoiceField(choices=["value", "condition", "intent"])
+    defined_by = serializers.ChoiceField(choices=["fixed", "provider", "policy", "user"])
+    label = serializers.CharField()
+    status = serializers.ChoiceField(choices=["known", "null", "unknown"])
+    value = AnyJSON()
+    source = serializers.CharField(allow_null=True)
+    pointer = serializers.DictField(allow_null=True)
+    route = serializers.ChoiceField(
+        choices=["ask_user", "measure", "hold", "provider_gap", "unsupported"], allow_null=True
+    )
+    labels = serializers.ListField(child=serializers.CharField())
+    approval = serializers.ChoiceField(choices=["approved", "void", "required"], allow_null=True)
+    findings = FindingOut(many=True)
+    gap = serializers.CharField(required=False)
+    candidate = serializers.DictField(
+        required=False, help_text="an unverified proposal: shown, never counted"
+    )
+    detail = serializers.CharField(required=False)
+    met = serializers.BooleanField(required=False)
+    waits_for = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class QuestionOut(serializers.Serializer):
+    slot = serializers.CharField()
+    text = serializers.CharField()
+    schema = serializers.DictField()
+    options = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class UnmetOut(serializers.Serializer):
+    id = serializers.CharField()
+    on_false = serializers.ChoiceField(choices=["hold", "block"])
+    text = serializers.CharField()
+
+
+class GapOut(serializers.Serializer):
+    # "class" is a Python keyword; the field is renamed on the wire.
+    class_ = serializers.ChoiceField(choices=["user_gap", "provider_gap", "source_gap", "implementation_gap"])
+    slot = serializers.CharField()
+    detail = serializers.CharField()
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields["class"] = fields.pop("class_")
+        return fields
+
+
+class MeasureRequestOut(serializers.Serializer):
+    measure = serializers.CharField()
+    lookup = serializers.CharField()
+    args = serializers.DictField()
+    key = serializers.CharField()
+
+
+class RecordOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    seq = serializers.IntegerField(help_text="which preflight of this execution this is (1, 2, ...)")
+    verdict = serializers.ChoiceField(choices=["execute", "ask", "measure", "hold", "block", "deferred"])
+    server = serializers.CharField()
+    tool = serializers.CharField()
+    contract_digest = serializers.CharField()
+    principal = serializers.CharField()
+    checklist_version = serializers.CharField()
+    slots = SlotOut(many=True)
+    questions = QuestionOut(many=True)
+    measures = MeasureRequestOut(many=True, help_text="lookups running now (verdict measure)")
+    unmet = UnmetOut(many=True)
+    gaps = GapOut(many=True)
+    notices = serializers.ListField(child=serializers.CharField())
+    payload = serializers.DictField(allow_null=True)
+    payload_digest = serializers.CharField(allow_null=True)
+    payload_valid = serializers.BooleanField(allow_null=True)
+    payload_errors = serializers.ListField(child=serializers.CharField())
+    unknown_count = serializers.IntegerField()
+    reasons = serializers.ListField(child=serializers.CharField())
+    evaluated_at = serializers.DateTimeField()
+    timing_at = serializers.DateTimeField(allow_null=True)
+    record_digest = serializers.CharField()
+    grant = serializers.CharField(allow_null=True, help_text="a single-use grant token (verdict execute)")
+    grant_expires_at = serializers.DateTimeField(allow_null=True)
+    outcome = serializers.ChoiceField(choices=["executed", "failed", "outcome_unknown"], allow_null=True)
+    console_url = serializers.CharField()
+
+
+class ErrorOut(serializers.Serializer):
+    error = serializers.CharField()
+    detail = serializers.CharField()

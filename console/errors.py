@@ -1,0 +1,26 @@
+"""Errors services raise on purpose. Each has a stable code; the API maps the class to a status."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{code}: {detail}")
+
+
+class NotFound(ServiceError):
+    """The named thing does not exist (404)."""
+
+
+class BadInput(ServiceError):
+    """The input has the wrong shape (400)."""
+
+
+class Unprocessable(ServiceError):
+    """Well-formed input that cannot be acted on (422): a pointer out of range, a contract that is invalid."""
+
+
+class Conflict(ServiceError):
+    """The state of the execution does not allow this (409): a refused grant, a stale value, a used call."""

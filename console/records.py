@@ -1,0 +1,257 @@
+"""The ORM edge: engine values built from rows (contracts, rules, evidence) and the record answer built back.
+
+Nothing here writes. Engine objects that are costly to build and never change for a given digest
+(contracts, checklists) are cached per process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from console import models
+from preflight import (
+    Answer,
+    Approval,
+    Checklist,
+    Evidence,
+    ExecutionRequest,
+    Observation,
+    Preset,
+    PriorValue,
+    ToolContract,
+    compile_plan,
+    contract_from_mcp,
+    load_rules,
+    preflight,
+)
+from preflight.canonical import digest
+from preflight.record import Record, SlotState
+
+_lock = threading.Lock()
+_contracts: dict[tuple[str, str], ToolContract] = {}
+_checklists: dict[tuple[int, str], Checklist] = {}
+
+
+class ContractTampered(Exception):
+    """A stored definition no longer hashes to the digest it was stored under."""
+
+
+def engine_contract(row: models.ToolContract) -> ToolContract:
+    key = (row.server.name, row.digest)
+    found = _contracts.get(key)
+    if found is None:
+        found = contract_from_mcp(
+            row.server.name, row.definition, annotations_trusted=row.annotations_trusted
+        )
+        if found.digest != row.digest:
+            # Preflighting against a definition that was edited in the database would grant calls nobody
+            # imported; refuse instead.
+            raise ContractTampered(f"{row}: stored definition hashes to {found.digest}")
+        with _lock:
+            _contracts[key] = found
+    return found
+
+
+def active_rules() -> tuple[Checklist, ...]:
+    out = []
+    for pk, version, data in models.RuleSet.objects.filter(active=True).values_list("pk", "version", "data"):
+        found = _checklists.get((pk, version))
+        if found is None:
+            found = load_rules(data)
+            with _lock:
+                _checklists[(pk, version)] = found
+        out.append(found)
+    return tuple(sorted(out, key=lambda c: c.stamp))
+
+
+def contract_preview(
+    contract: ToolContract, now: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What every call of this tool must settle (before any request), and what the provider left out."""
+    record = preflight(compile_plan(contract), ExecutionRequest(principal="preview"), Evidence(now=now))
+    obligations = []
+    for slot in record.slots:
+        item: dict[str, Any] = {
+            "key": slot.key,
+            "kind": slot.kind,
+            "defined_by": slot.defined_by,
+            "label": slot.label,
+            "labels": list(slot.labels),
+        }
+        if slot.key.startswith("arg:"):
+            item["sources"] = list(contract.slot_config(slot.key[4:]).sources)
+        if slot.route is not None:
+            item["route"] = slot.route
+        obligations.append(item)
+    problems = [g.to_json() for g in record.gaps if g.cls in ("provider_gap", "implementation_gap")]
+    return obligations, problems
+
+
+def tool_unavailable(
+    body: Mapping[str, Any], request: ExecutionRequest, detail: str, now: datetime
+) -> Record:
+    """A hold for an execution whose tool is no longer in the catalog: recorded like any verdict."""
+    server, tool = request_tools(body)[0] if "tool_candidates" not in body else ("", "")
+    slot = SlotState("fixed:tool", "intent", "fixed", "the action", "unknown", route="hold", detail=detail)
+    return Record(
+        verdict="hold",
+        server=server,
+        tool=tool,
+        contract_digest="",
+        principal=request.principal,
+        checklist_version="fixed@1",
+        slots=(slot,),
+        questions=(),
+        measures=(),
+        unmet=(),
+        gaps=(),
+        notices=(),
+        payload=None,
+        payload_digest=None,
+        payload_valid=None,
+        payload_errors=(),
+        unknown_count=1,
+        reasons=(f"fixed:tool: {detail}",),
+        evaluated_at=now.isoformat(),
+    )
+
+
+def request_tools(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if "tool_candidates" in body:
+        return [(c["server"], c["tool"]) for c in body["tool_candidates"]]
+    return [(body["server"], body["tool"])]
+
+
+def _latest(rows: Iterable[Any], key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for row in rows:  # ordered oldest first, so the newest wins
+        out[getattr(row, key)] = row
+    return out
+
+
+def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> Evidence:
+    """Evidence collected for this execution. `fresh`: created in this transaction, so nothing to read."""
+    if fresh:
+        return Evidence(now=now)
+    answers = {
+        key: Answer(a.value, a.answered_by, id=f"answer-{a.pk}")
+        for key, a in _latest(
+            models.Answer.objects.filter(execution=execution).order_by("pk"), "slot_key"
+        ).items()
+    }
+    observations: dict[str, Observation] = {}
+    pending = set()
+    for o in models.Observation.objects.filter(execution=execution).order_by("pk"):
+        if o.observed_at is None:
+            pending.add(o.key)
+            continue
+        observations[o.key] = Observation(
+            o.measure, o.args_digest, o.observed_at, value=o.value, error=o.error, id=f"observation-{o.pk}"
+        )
+    approvals = tuple(
+        Approval(a.slot_key, a.value_digest, f"user:{a.approver.get_username()}", a.created_at)
+        for a in models.Approval.objects.filter(execution=execution).select_related("approver")
+    )
+    return Evidence(
+        now=now,
+        answers=answers,
+        observations=observations,
+        approvals=approvals,
+        pending=frozenset(pending),
+    )
+
+
+def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:
+    """Add what depends on the chosen tool: the principal's presets for it, and prior state."""
+    presets = {
+        p.slot_key: Preset(p.value, f"preset-{p.pk}", consent=_consent_text(p.consent))
+        for p in models.Preset.objects.filter(
+            principal=execution.principal, tool=contract.identity, revoked_at__isnull=True
+        )
+    }
+    prior: dict[str, PriorValue] = {}
+    if any("prior_state" in cfg.sources for cfg in (contract.extension.slots or {}).values()):
+        prior = _prior_state(execution, contract)
+    if not presets and not prior:
+        return evidence
+    return replace(evidence, presets=presets, prior=prior)
+
+
+def _consent_text(consent: Mapping[str, Any]) -> str:
+    return f"{consent.get('who')} at {consent.get('when')} in execution {consent.get('execution')}"
+
+
+def _prior_state(execution: models.Execution, contract: ToolContract) -> dict[str, PriorValue]:
+    # The values of this principal's last call of the same tool that actually ran.
+    row = (
+        models.PreflightRecord.objects.filter(
+            execution__principal=execution.principal,
+            execution__outcomes__status="executed",
+            contract__server__name=contract.server,
+            contract__name=contract.name,
+            verdict="execute",
+        )
+        .exclude(execution=execution)
+        .order_by("-created_at")
+        .first()
+    )
+    if row is None:
+        return {}
+    return {
+        s["key"]: PriorValue(s["value"], f"{row.execution_id}#{row.seq}", s["source"] or "")
+        for s in row.record["slots"]
+        if s["key"].startswith("arg:") and s["status"] == "known"
+    }
+
+
+def latest_record(execution: models.Execution) -> models.PreflightRecord:
+    return models.PreflightRecord.objects.get(execution=execution, seq=execution.records)
+
+
+def record_body_digest(record: Mapping[str, Any]) -> str:
+    return digest({k: v for k, v in record.items() if k != "record_digest"})
+
+
+def approval_value(record: Mapping[str, Any], slot_key: str) -> tuple[bool, Any]:
+    """(approvable, value) for a slot of a record: what an approval of it binds to right now."""
+    slot = next((s for s in record["slots"] if s["key"] == slot_key), None)
+    if slot is None or slot.get("approval") not in ("required", "void"):
+        return False, None
+    if slot_key.startswith("approval:"):
+        # An approval slot approves the whole call: it binds to the digest of the valid payload.
+        if record.get("payload_valid") is not True:
+            return False, None
+        return True, record["payload_digest"]
+    if slot["status"] != "known":
+        return False, None
+    return True, slot["value"]
+
+
+def record_answer(execution: models.Execution) -> dict[str, Any]:
+    """The Agent API answer for an execution: its latest record plus id, grant and console URL."""
+    from console.signing import token_for
+    from preflight import GrantClaims
+
+    row = latest_record(execution)
+    out = dict(row.record)
+    out["id"] = str(execution.id)
+    out["seq"] = row.seq
+    out["grant"] = out["grant_expires_at"] = out["outcome"] = None
+    # A call runs only on the grant of the latest record, and nothing is preflighted after it, so only an
+    # `execute` record whose grant is used can have an outcome.
+    grant = models.Grant.objects.filter(record=row).first() if row.verdict == "execute" else None
+    if grant is not None and grant.used_at is None:
+        out["grant"] = token_for(GrantClaims(**grant.claims))
+        out["grant_expires_at"] = grant.expires_at.isoformat()
+    elif grant is not None:
+        # Refused attempts (denied, expired) are in the audit trail; this says whether the call ran.
+        outcome = models.Outcome.objects.filter(
+            execution=execution, status__in=("executed", "failed", "outcome_unknown")
+        ).values_list("status", flat=True)
+        out["outcome"] = outcome.first()
+    out["console_url"] = f"/executions/{execution.id}/"
+    return out

@@ -1,0 +1,971 @@
+"""Every write the console makes. Keyword-only, one transaction each, and each appends to the audit chain
+inside that transaction, so an action whose audit write fails does not happen.
+
+The one exception is `execution_run`: it commits the consumed nonce before calling the tool and records the
+outcome in a second transaction, because holding a transaction open across a downstream call would make
+every concurrent attempt wait on it, and a crash between the two leaves a consumed grant, never a re-run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from console import connectors, models, records
+from console.audit import audit_append
+from console.errors import BadInput, Conflict, NotFound, Unprocessable
+from console.signing import signer, verification_keys
+from preflight import (
+    ContractError,
+    GrantError,
+    GrantExpectation,
+    Record,
+    compile_plan,
+    contract_from_mcp,
+    load_rules,
+    preflight,
+    select_tool,
+    verify_grant,
+)
+from preflight.approvals import value_digest
+from preflight.canonical import canonical_json, digest
+from preflight.errors import ChecklistError, RequestError
+from preflight.grants import read_claims
+from preflight.request import parse_request
+
+logger = logging.getLogger(__name__)
+
+# A lookup that keeps answering with values already too old would otherwise be dispatched forever.
+MAX_LOOKUPS_PER_KEY = 3
+ANSWERABLE_FIXED = frozenset({"fixed:tool", "fixed:timing", "fixed:action_name"})
+
+
+def _now() -> datetime:
+    return timezone.now()
+
+
+def _lock_execution(execution_id: Any) -> models.Execution:
+    try:
+        return (
+            # Only the execution row (its contract is shared by every execution of the tool), and NO KEY:
+            # PostgreSQL checks foreign keys to it at commit with KEY SHARE, which must not wait on this lock
+            # while holding the audit lock (that ordering deadlocks concurrent runs).
+            models.Execution.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("contract__server")
+            .get(pk=execution_id)
+        )
+    except (models.Execution.DoesNotExist, ValidationError, ValueError):
+        raise NotFound("unknown_execution", f"no execution {execution_id}") from None
+
+
+def _has_run(execution: models.Execution) -> bool:
+    return models.Grant.objects.filter(execution=execution, used_at__isnull=False).exists()
+
+
+# ---- catalog ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedTool:
+    name: str
+    contract_digest: str | None
+    obligations: list[dict[str, Any]]
+    problems: list[dict[str, Any]]
+    version: str  # "new", "unchanged" or "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogImport:
+    server: models.Server
+    tools: list[ImportedTool]
+    retired: list[str]
+
+
+def _extension_of(tool: Mapping[str, Any], sidecar: Mapping[str, Any] | None) -> Any:
+    # Side-car wins; then the Tool object's own field; then `_meta`, the one free-form place MCP SDKs keep.
+    if sidecar is not None:
+        return sidecar
+    if "x-preflight" in tool:
+        return None  # contract_from_mcp reads it from the definition
+    meta = tool.get("_meta")
+    return meta.get("x-preflight") if isinstance(meta, Mapping) else None
+
+
+@transaction.atomic
+def catalog_import(
+    *,
+    server: str,
+    tools: Sequence[Any],
+    annotations_trusted: bool,
+    actor: str,
+    connector: Mapping[str, Any] | None = None,
+    extensions: Mapping[str, Any] | None = None,
+) -> CatalogImport:
+    """Import a `tools/list` result. Each tool is checked on its own: a bad one is reported, not fatal.
+
+    The list is the server's whole catalog: tools missing from it stop being current (their versions stay,
+    so records that name them keep their contract)."""
+    if not server:
+        raise BadInput("invalid", "server: required, a non-empty string")
+    srv, _ = models.Server.objects.select_for_update().get_or_create(
+        name=server, defaults={"connector": dict(connector or {"kind": "python", "target": server})}
+    )
+    changed = []
+    if srv.annotations_trusted != annotations_trusted:
+        srv.annotations_trusted = annotations_trusted
+        changed.append("annotations_trusted")
+    if connector is not None and srv.connector != dict(connector):
+        srv.connector = dict(connector)
+        changed.append("connector")
+    if changed:
+        srv.save(update_fields=[*changed, "updated_at"])
+
+    now = _now()
+    results: list[ImportedTool] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        name = tool.get("name") if isinstance(tool, Mapping) else None
+        if not isinstance(name, str) or not name:
+            problem = {
+                "class": "invalid",
+                "where": f"tools[{i}]",
+                "detail": "a tool is an object with a name",
+            }
+            results.append(ImportedTool(f"tools[{i}]", None, [], [problem], "invalid"))
+            continue
+        if name in seen:
+            problem = {"class": "invalid", "where": f"tools[{i}]", "detail": f"tool {name!r} is listed twice"}
+            results.append(ImportedTool(name, None, [], [problem], "invalid"))
+            continue
+        seen.add(name)
+        results.append(_import_tool(srv, tool, _extension_of(tool, (extensions or {}).get(name)), now))
+
+    retired = list(
+        models.ToolContract.objects.filter(server=srv, current=True)
+        .exclude(name__in=seen)
+        .values_list("name", flat=True)
+    )
+    models.ToolContract.objects.filter(server=srv, current=True, name__in=retired).update(current=False)
+    audit_append(
+        kind="catalog_import",
+        execution_id=None,
+        body={
+            "server": server,
+            "annotations_trusted": annotations_trusted,
+            "actor": actor,
+            "tools": [{"name": t.name, "digest": t.contract_digest, "version": t.version} for t in results],
+            "retired": retired,
+        },
+    )
+    return CatalogImport(srv, results, retired)
+
+
+def _import_tool(srv: models.Server, tool: Mapping[str, Any], extension: Any, now: datetime) -> ImportedTool:
+    name = tool["name"]
+    try:
+        contract = contract_from_mcp(
+            srv.name, tool, annotations_trusted=srv.annotations_trusted, extension=extension
+        )
+    except ContractError as exc:
+        problem = {"class": "invalid", "where": exc.path or "", "detail": exc.reason}
+        definition = dict(tool) if extension is None else {**tool, "x-preflight": extension}
+        try:
+            bad_digest = digest(
+                {"server": srv.name, "tool": definition, "annotations_trusted": srv.annotations_trusted}
+            )
+        except TypeError as err:
+            return ImportedTool(name, None, [], [{**problem, "detail": str(err)}], "invalid")
+        # Kept as a version so the operator sees what was offered, but never current: nothing can run on it.
+        models.ToolContract.objects.get_or_create(
+            server=srv,
+            name=name,
+            digest=bad_digest,
+            defaults={
+                "definition": definition,
+                "annotations_trusted": srv.annotations_trusted,
+                "problems": [problem],
+                "valid": False,
+                "current": False,
+            },
+        )
+        models.ToolContract.objects.filter(server=srv, name=name, current=True).update(current=False)
+        return ImportedTool(name, None, [], [problem], "invalid")
+
+    obligations, problems = records.contract_preview(contract, now)
+    row = models.ToolContract.objects.filter(server=srv, name=name, digest=contract.digest).first()
+    version = "unchanged" if row is not None and row.current else "new"
+    models.ToolContract.objects.filter(server=srv, name=name, current=True).exclude(
+        digest=contract.digest
+    ).update(current=False)
+    if row is None:
+        models.ToolContract.objects.create(
+            server=srv,
+            name=name,
+            digest=contract.digest,
+            definition=dict(contract.definition),
+            annotations_trusted=srv.annotations_trusted,
+            obligations=obligations,
+            problems=problems,
+            valid=True,
+            current=True,
+        )
+    elif not row.current:
+        row.current = True
+        row.save(update_fields=["current"])
+    return ImportedTool(name, contract.digest, obligations, problems, version)
+
+
+@transaction.atomic
+def measure_create(
+    *,
+    name: str,
+    kind: str,
+    url: str = "",
+    timeout_s: float = 5.0,
+    config: Mapping[str, Any] | None = None,
+    actor: str,
+) -> tuple[models.Measure, bool]:
+    """Register (or redefine) a lookup. Returns (measure, created)."""
+    if kind not in models.Measure.KINDS:
+        raise BadInput("invalid", f"kind: one of {', '.join(models.Measure.KINDS)}")
+    if kind in ("http", "mcp") and not url:
+        raise BadInput("invalid", f"url: required for a {kind} measure")
+    if not 0 < timeout_s <= 60:
+        raise BadInput("invalid", "timeout_s: more than 0 and at most 60 seconds")
+    measure, created = models.Measure.objects.update_or_create(
+        name=name, defaults={"kind": kind, "url": url, "timeout_s": timeout_s, "config": dict(config or {})}
+    )
+    audit_append(
+        kind="measure",
+        execution_id=None,
+        body={
+            "name": name,
+            "kind": kind,
+            "url": url,
+            "timeout_s": timeout_s,
+            "created": created,
+            "actor": actor,
+        },
+    )
+    return measure, created
+
+
+@transaction.atomic
+def ruleset_create(*, data: Mapping[str, Any], actor: str) -> models.RuleSet:
+    """Store a user/org checklist as the active version of its id; older versions stop applying."""
+    try:
+        checklist = load_rules(data)
+    except ChecklistError as exc:
+        raise Unprocessable("invalid_checklist", str(exc)) from None
+    models.RuleSet.objects.filter(name=checklist.id, active=True).update(active=False)
+    row, _ = models.RuleSet.objects.update_or_create(
+        name=checklist.id, version=checklist.version, defaults={"data": dict(data), "active": True}
+    )
+    audit_append(
+        kind="ruleset",
+        execution_id=None,
+        body={"name": checklist.id, "version": checklist.version, "stamp": checklist.stamp, "actor": actor},
+    )
+    return row
+
+
+@transaction.atomic
+def agent_token_create(*, name: str) -> tuple[models.AgentToken, str]:
+    token = "pfa_" + secrets.token_urlsafe(32)
+    row = models.AgentToken.objects.create(
+        name=name, token_sha256=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:10]
+    )
+    audit_append(kind="agent_token", execution_id=None, body={"name": name, "prefix": row.prefix})
+    return row, token
+
+
+# ---- executions ------------------------------------------------------------------------------------
+
+
+def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
+    wanted = records.request_tools(body)
+    q = Q()
+    for server, tool in wanted:
+        q |= Q(server__name=server, name=tool)
+    found = {
+        (r.server.name, r.name): r
+        for r in models.ToolContract.objects.filter(q, current=True).select_related("server")
+    }
+    rows = []
+    for server, tool in wanted:
+        row = found.get((server, tool))
+        if row is None:
+            invalid = models.ToolContract.objects.filter(server__name=server, name=tool, valid=False).exists()
+            if invalid:
+                raise Unprocessable(
+                    "contract_invalid", f"{server}/{tool}: its definition is invalid; see the catalog import"
+                )
+            raise NotFound("unknown_tool", f"{server}/{tool} is not in the catalog")
+        rows.append(row)
+    return rows
+
+
+def check_pointers(body: Mapping[str, Any]) -> None:
+    """A pointer that lands outside the conversation is a broken request, not an unverified value."""
+    turns = body.get("conversation") or []
+
+    def check(pointer: Any, field: str) -> None:
+        spans = pointer if isinstance(pointer, list) else [pointer]
+        for i, span in enumerate(spans):
+            where = f"{field}[{i}]" if isinstance(pointer, list) else field
+            turn, start, end = span["turn"], span["start"], span["end"]
+            if not 0 <= turn < len(turns):
+                raise Unprocessable(
+                    "pointer_out_of_range",
+                    f"{where}: turn {turn} is not in the conversation ({len(turns)} turns)",
+                )
+            length = len(turns[turn]["content"])
+            if not 0 <= start < end <= length:
+                raise Unprocessable(
+                    "pointer_out_of_range",
+                    f"{where}: [{start}, {end}) is not a span of turn {turn} ({length} characters)",
+                )
+
+    for key, cand in (body.get("candidates") or {}).items():
+        if cand.get("pointer") is not None:
+            check(cand["pointer"], f"candidates.{key}.pointer")
+    if body.get("action_name") is not None:
+        check(body["action_name"], "action_name")
+    timing = body.get("timing")
+    if isinstance(timing, Mapping) and timing.get("pointer") is not None:
+        check(timing["pointer"], "timing.pointer")
+
+
+def _preflight(
+    execution: models.Execution, *, fresh: bool, rows: list[models.ToolContract] | None = None
+) -> tuple[Record, models.ToolContract | None]:
+    body = execution.request
+    request = parse_request(body)
+    if rows is None:
+        try:
+            rows = _contract_rows(body)
+        except (NotFound, Unprocessable) as exc:
+            # The tool left the catalog (or broke) after this execution was submitted: hold, recorded.
+            return records.tool_unavailable(body, request, exc.detail, _now()), None
+    rules = records.active_rules()
+    evidence = records.evidence_for(execution, now=_now(), fresh=fresh)
+    plans = [compile_plan(records.engine_contract(r), rules) for r in rows]
+    if "tool_candidates" in body:
+        chosen = select_tool(plans, request, evidence)
+        if isinstance(chosen, Record):
+            return chosen, None
+        index = next(i for i, p in enumerate(plans) if p is chosen)
+        plan, row = plans[index], rows[index]
+        tool_source = "user_answer" if "fixed:tool" in evidence.answers else "instruction"
+    else:
+        plan, row, tool_source = plans[0], rows[0], "instruction"
+    evidence = records.with_tool_evidence(evidence, execution, plan.contract)
+    return preflight(plan, request, evidence, tool_source=tool_source), row
+
+
+def _exhausted_lookups(execution: models.Execution, record: Record, now: datetime) -> bool:
+    """Turn lookups tried too often into errors (they hold); True if any was."""
+    keys = [m.key for m in record.measures]
+    counts = dict(
+        models.Observation.objects.filter(execution=execution, key__in=keys)
+        .values_list("key")
+        .annotate(n=Count("pk"))
+        .values_list("key", "n")
+    )
+    exhausted = [m for m in record.measures if counts.get(m.key, 0) >= MAX_LOOKUPS_PER_KEY]
+    for m in exhausted:
+        models.Observation.objects.create(
+            execution=execution,
+            measure=m.measure,
+            lookup=m.lookup,
+            args=dict(m.args),
+            args_digest=m.args_digest,
+            key=m.key,
+            error=f"looked up {MAX_LOOKUPS_PER_KEY} times without a value fresh enough",
+            observed_at=now,
+            task_key=f"{execution.pk}:{m.key}:{counts[m.key] + 1}",
+        )
+    return bool(exhausted)
+
+
+def _expire_lost_lookups(execution: models.Execution, now: datetime) -> None:
+    # A lookup whose task vanished (worker and broker both lost it) must not keep the execution waiting.
+    cutoff = now - timedelta(seconds=settings.PREFLIGHT_LOOKUP_LOST_AFTER_S)
+    models.Observation.objects.filter(
+        execution=execution, observed_at__isnull=True, dispatched_at__lt=cutoff
+    ).update(error="the lookup was lost (no result within the time limit)", observed_at=now)
+
+
+def _preflight_and_record(
+    execution: models.Execution,
+    *,
+    trigger: str,
+    fresh: bool = False,
+    rows: list[models.ToolContract] | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> models.PreflightRecord:
+    now = _now()
+    if not fresh:
+        _expire_lost_lookups(execution, now)
+    record, row = _preflight(execution, fresh=fresh, rows=rows)
+    if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
+        record, row = _preflight(execution, fresh=False)
+    return _store_record(execution, record, row, trigger=trigger, audit=audit)
+
+
+def _store_record(
+    execution: models.Execution,
+    record: Record,
+    contract: models.ToolContract | None,
+    *,
+    trigger: str,
+    audit: Mapping[str, Any] | None = None,
+) -> models.PreflightRecord:
+    seq = execution.records + 1
+    execution.records = seq
+    execution.verdict = record.verdict
+    execution.contract = contract
+    execution.timing_at = datetime.fromisoformat(record.timing_at) if record.timing_at else None
+    if execution._state.adding:
+        execution.save(force_insert=True)
+    else:
+        execution.save(update_fields=["records", "verdict", "contract", "timing_at", "updated_at"])
+
+    data = record.to_json()
+    stored = models.PreflightRecord.objects.create(
+        execution=execution,
+        seq=seq,
+        contract=contract,
+        verdict=record.verdict,
+        record=data,
+        record_digest=data["record_digest"],
+        payload_digest=record.payload_digest,
+        checklist_version=record.checklist_version,
+        trigger=trigger,
+    )
+    if record.gaps:
+        models.GapRow.objects.bulk_create(
+            models.GapRow(
+                execution=execution,
+                record=stored,
+                cls=g.cls,
+                server=record.server,
+                tool=record.tool,
+                slot=g.slot,
+                detail=g.detail,
+            )
+            for g in record.gaps
+        )
+    audit_append(
+        kind="preflight",
+        execution_id=execution.pk,
+        body={
+            "seq": seq,
+            "trigger": trigger,
+            "verdict": record.verdict,
+            "server": record.server,
+            "tool": record.tool,
+            "contract_digest": record.contract_digest,
+            "record_digest": data["record_digest"],
+            "payload_digest": record.payload_digest,
+            "checklist_version": record.checklist_version,
+            "unknown_count": record.unknown_count,
+            **(audit or {}),
+        },
+    )
+    if record.gaps:
+        audit_append(
+            kind="gap_report",
+            execution_id=execution.pk,
+            body={"seq": seq, "gaps": [{"class": g.cls, "slot": g.slot} for g in record.gaps]},
+        )
+    if record.verdict == "execute":
+        _issue_grant(execution, stored)
+    elif record.verdict == "measure":
+        _dispatch_lookups(execution, record)
+    elif record.verdict == "deferred" and execution.timing_at is not None:
+        from console import tasks
+
+        transaction.on_commit(partial(tasks.schedule_trigger, str(execution.pk), execution.timing_at))
+    return stored
+
+
+def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
+    """One frontier, one Celery group. Rows are written now, pending; the tasks run after commit."""
+    pending = set(
+        models.Observation.objects.filter(execution=execution, observed_at__isnull=True).values_list(
+            "key", flat=True
+        )
+    )
+    counts = dict(
+        models.Observation.objects.filter(execution=execution, key__in=[m.key for m in record.measures])
+        .values_list("key")
+        .annotate(n=Count("pk"))
+        .values_list("key", "n")
+    )
+    keys = []
+    for m in record.measures:
+        if m.key in pending:
+            continue  # already running: its group's callback preflights again
+        models.Observation.objects.create(
+            execution=execution,
+            measure=m.measure,
+            lookup=m.lookup,
+            args=dict(m.args),
+            args_digest=m.args_digest,
+            key=m.key,
+            task_key=f"{execution.pk}:{m.key}:{counts.get(m.key, 0) + 1}",
+        )
+        keys.append(m.key)
+    if keys:
+        from console import tasks
+
+        transaction.on_commit(partial(tasks.dispatch_lookups, str(execution.pk), keys))
+
+
+@transaction.atomic
+def execution_create(
+    *, body: Mapping[str, Any], token: models.AgentToken | None, actor: str
+) -> models.Execution:
+    """Record a candidate execution and its first preflight. `body` has passed the API's shape checks."""
+    try:
+        request = parse_request(body)
+    except RequestError as exc:
+        raise BadInput("invalid", f"{exc.field}: {exc.reason}") from None
+    check_pointers(body)
+    rows = _contract_rows(body)  # an unknown tool records nothing
+    # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
+    execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
+    _preflight_and_record(
+        execution,
+        trigger="create",
+        fresh=True,
+        rows=rows,
+        audit={"principal": request.principal, "actor": actor, "request_digest": digest(body)},
+    )
+    return execution
+
+
+def _check_answer_key(execution: models.Execution, key: str) -> None:
+    if key in ANSWERABLE_FIXED or key.startswith("branch:"):
+        return
+    if key.startswith("arg:"):
+        if execution.contract is None:
+            raise Unprocessable("unknown_slot", f"{key}: choose the action first (answer fixed:tool)")
+        plan = compile_plan(records.engine_contract(execution.contract))
+        if key[4:] not in plan.arguments:
+            raise Unprocessable("unknown_slot", f"{key}: the tool has no such argument")
+        return
+    # Conditions, approvals and rules are settled by code and by approvers, never by an answer.
+    raise Unprocessable("not_answerable", f"{key}: this slot is not settled by an answer")
+
+
+@transaction.atomic
+def execution_answer(
+    *,
+    execution_id: Any,
+    answers: Mapping[str, Any],
+    answered_by: str,
+    channel: str,
+    actor: str,
+    remember: Sequence[str] = (),
+) -> models.PreflightRecord:
+    """Record the user's answers (remembered ones become presets, with consent) and preflight again."""
+    execution = _lock_execution(execution_id)
+    if _has_run(execution):
+        raise Conflict("already_ran", "this execution already ran; submit a new one")
+    for key in answers:
+        _check_answer_key(execution, key)
+    for key in remember:
+        if key not in answers:
+            raise BadInput("invalid", f"remember: {key} is not among the answers")
+    try:
+        canonical_json(dict(answers))
+    except TypeError as exc:
+        raise BadInput("invalid", f"answers: {exc}") from None
+    models.Answer.objects.bulk_create(
+        models.Answer(
+            execution=execution,
+            slot_key=key,
+            value=value,
+            answered_by=answered_by,
+            channel=channel,
+            remember=key in remember,
+        )
+        for key, value in answers.items()
+    )
+    audit_append(
+        kind="answer",
+        execution_id=execution.pk,
+        body={
+            "answered_by": answered_by,
+            "channel": channel,
+            "actor": actor,
+            "answers": {k: value_digest(v) for k, v in answers.items()},
+            "remember": list(remember),
+        },
+    )
+    if remember:
+        if execution.contract is None:
+            raise Unprocessable("unknown_slot", "remember: choose the action first (answer fixed:tool)")
+        tool = f"{execution.contract.server.name}/{execution.contract.name}"
+        for key in remember:
+            _preset_put(execution, tool, key, answers[key], answered_by)
+    return _preflight_and_record(execution, trigger="answer")
+
+
+def _preset_put(execution: models.Execution, tool: str, key: str, value: Any, who: str) -> None:
+    now = _now()
+    models.Preset.objects.filter(
+        principal=execution.principal, tool=tool, slot_key=key, revoked_at__isnull=True
+    ).update(revoked_at=now)
+    consent = {"who": who, "when": now.isoformat(), "execution": str(execution.pk)}
+    preset = models.Preset.objects.create(
+        principal=execution.principal, tool=tool, slot_key=key, value=value, consent=consent
+    )
+    audit_append(
+        kind="preset",
+        execution_id=execution.pk,
+        body={
+            "action": "create",
+            "preset": preset.pk,
+            "principal": execution.principal,
+            "tool": tool,
+            "slot": key,
+            "value_digest": value_digest(value),
+            "consent": consent,
+        },
+    )
+
+
+@transaction.atomic
+def execution_repreflight(*, execution_id: Any, trigger: str) -> models.PreflightRecord:
+    """Preflight again from everything recorded so far. Never reuses an earlier verdict. An execution that
+    already ran is left alone: a fresh `execute` would mint a second grant for a call that happened."""
+    execution = _lock_execution(execution_id)
+    if _has_run(execution):
+        return records.latest_record(execution)
+    return _preflight_and_record(execution, trigger=trigger)
+
+
+@transaction.atomic
+def observation_fill(*, observation_id: int, value: Any, error: str | None, observed_at: datetime) -> bool:
+    """Record a lookup's result. Conditional, so of two deliveries of one task only the first counts."""
+    filled = models.Observation.objects.filter(pk=observation_id, observed_at__isnull=True).update(
+        value=None if error else value, error=error, observed_at=observed_at
+    )
+    return filled == 1
+
+
+@transaction.atomic
+def lookups_undispatched(*, execution_id: Any, keys: Sequence[str], reason: str) -> models.PreflightRecord:
+    """The broker refused the group: the pending lookups become errors, so the slots hold, with the reason."""
+    execution = _lock_execution(execution_id)
+    if _has_run(execution):
+        return records.latest_record(execution)
+    models.Observation.objects.filter(execution=execution, key__in=keys, observed_at__isnull=True).update(
+        error=f"the lookup could not be dispatched: {reason}", observed_at=_now()
+    )
+    audit_append(
+        kind="lookup_dispatch_failed", execution_id=execution.pk, body={"keys": list(keys), "reason": reason}
+    )
+    return _preflight_and_record(execution, trigger="lookups")
+
+
+@transaction.atomic
+def approval_create(
+    *, execution_id: Any, slot_key: str, value_digest_seen: str, approver: AbstractBaseUser
+) -> models.Approval:
+    """A person's yes to the value of one slot as they saw it (by digest). Approvers cannot approve their own
+    request, and an approval of a value that has since changed is refused rather than moved to the new one."""
+    execution = _lock_execution(execution_id)
+    if execution.principal == f"user:{approver.get_username()}":
+        raise Conflict("own_request", "an approver cannot approve an execution they requested")
+    if _has_run(execution):
+        raise Conflict("already_ran", "this execution already ran")
+    latest = records.latest_record(execution)
+    approvable, value = records.approval_value(latest.record, slot_key)
+    if not approvable:
+        raise Conflict("not_approvable", f"{slot_key}: nothing awaits approval in the latest record")
+    current = value_digest(value)
+    if current != value_digest_seen:
+        raise Conflict("stale_value", f"{slot_key}: the value changed since it was shown; review it again")
+    approval = models.Approval.objects.create(
+        execution=execution, slot_key=slot_key, value_digest=current, approver=approver
+    )
+    audit_append(
+        kind="approval",
+        execution_id=execution.pk,
+        body={
+            "slot": slot_key,
+            "value_digest": current,
+            "approver": f"user:{approver.get_username()}",
+            "record_seq": latest.seq,
+        },
+    )
+    _preflight_and_record(execution, trigger="approval")
+    return approval
+
+
+# ---- grants and the execution gate -------------------------------------------------------------------
+
+
+def _issue_grant(execution: models.Execution, stored: models.PreflightRecord) -> models.Grant:
+    record = stored.record
+    _, claims = signer().issue(
+        execution_id=str(execution.pk),
+        principal=execution.principal,
+        server=record["server"],
+        tool=record["tool"],
+        contract_digest=record["contract_digest"],
+        payload_digest=record["payload_digest"],
+        record_digest=stored.record_digest,
+        checklist_version=stored.checklist_version,
+        now=_now(),
+        ttl_s=settings.PREFLIGHT_GRANT_TTL_S,
+    )
+    grant = models.Grant.objects.create(
+        execution=execution,
+        record=stored,
+        nonce=claims.nonce,
+        claims=asdict(claims),
+        expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
+    )
+    audit_append(
+        kind="grant",
+        execution_id=execution.pk,
+        body={
+            "nonce": claims.nonce,
+            "record_seq": stored.seq,
+            "record_digest": stored.record_digest,
+            "payload_digest": claims.payload_digest,
+            "expires_at": claims.expires_at,
+            "key_id": claims.key_id,
+        },
+    )
+    return grant
+
+
+@transaction.atomic
+def grant_issue(*, execution_id: Any) -> models.Grant:
+    """A grant for the latest record, which must say `execute`. Preflights issue one themselves; this is for
+    a caller whose grant expired unused and whose record still stands."""
+    execution = _lock_execution(execution_id)
+    latest = records.latest_record(execution)
+    if latest.verdict != "execute":
+        raise Conflict("not_executable", f"the latest verdict is {latest.verdict}, not execute")
+    if _has_run(execution):
+        raise Conflict("already_ran", "this execution already ran")
+    return _issue_grant(execution, latest)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    outcome: str
+    result: Any
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    grant_id: int
+    connector: dict[str, Any]
+    server: str
+    tool: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    code: str
+    detail: str
+
+
+def execution_run(*, execution_id: Any, token: str, actor: str) -> RunOutcome:
+    """The gate: only a grant issued for exactly this call runs it, once. Never retried."""
+    claim = _gate_claim(execution_id=execution_id, token=token, actor=actor)
+    if isinstance(claim, _Refusal):
+        raise Conflict(claim.code, claim.detail)
+    timeout = float(claim.connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S)
+    result: Any = None
+    try:
+        result = connectors.call_tool(
+            claim.connector, claim.server, claim.tool, claim.payload, timeout_s=timeout
+        )
+        status, detail = "executed", ""
+    except connectors.ToolCallFailed as exc:
+        status, detail = "failed", str(exc) or type(exc).__name__
+        result = exc.result  # the tool's own error answer, if it gave one
+    except connectors.OutcomeUnknown as exc:
+        status, detail = "outcome_unknown", str(exc) or type(exc).__name__
+    except Exception as exc:  # whatever broke, the call may have reached the tool: unknown, never retried
+        logger.exception("tool call %s/%s raised", claim.server, claim.tool)
+        status, detail = "outcome_unknown", f"{type(exc).__name__}: {exc}"
+    return _record_outcome(
+        execution_id=execution_id,
+        grant_id=claim.grant_id,
+        status=status,
+        result=json_safe(result),
+        detail=detail,
+        actor=actor,
+    )
+
+
+def json_safe(value: Any) -> Any:
+    """The value if it is canonical JSON, else a description of it (a record must always be writable)."""
+    try:
+        canonical_json(value)
+        return value
+    except TypeError:
+        return {"unrepresentable": repr(value)[:10_000]}
+
+
+@transaction.atomic
+def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refusal:
+    # The execution row lock serializes every attempt on one execution; the conditional UPDATE below is
+    # what makes a nonce single-use even without it.
+    execution = _lock_execution(execution_id)
+    now = _now()
+    grant: models.Grant | None = None
+
+    def refuse(status: str, code: str, detail: str) -> _Refusal:
+        models.Outcome.objects.create(
+            execution=execution, grant=grant, status=status, detail=f"{code}: {detail}"
+        )
+        audit_append(
+            kind="outcome",
+            execution_id=execution.pk,
+            body={
+                "status": status,
+                "code": code,
+                "detail": detail,
+                "grant": grant.nonce if grant else None,
+                "actor": actor,
+            },
+        )
+        return _Refusal(code, detail)
+
+    try:
+        claims = read_claims(token)
+    except GrantError as exc:
+        return refuse("denied", "grant_malformed", str(exc))
+    grant = (
+        models.Grant.objects.select_related("record").filter(execution=execution, nonce=claims.nonce).first()
+    )
+    contract = execution.contract
+    if contract is None:
+        return refuse("denied", "grant_mismatch", "this execution has no chosen tool")
+    stored = grant.record if grant is not None else records.latest_record(execution)
+    payload = stored.record.get("payload")
+    expect = GrantExpectation(
+        execution_id=str(execution.pk),
+        principal=execution.principal,
+        server=contract.server.name,
+        tool=contract.name,
+        contract_digest=contract.digest,
+        # Recomputed from the stored payload: a payload edited after the verdict no longer matches.
+        payload_digest=digest(payload) if payload is not None else "",
+    )
+    try:
+        verify_grant(token, keys=verification_keys(), expect=expect, now=now)
+    except GrantError as exc:
+        if exc.reason == "expired":
+            return refuse("expired", "grant_expired", str(exc))
+        return refuse("denied", f"grant_{exc.reason}", str(exc))
+    if grant is None:
+        return refuse("denied", "grant_unknown", "no such grant was issued for this execution")
+    if stored.seq != execution.records or stored.verdict != "execute":
+        return refuse("denied", "grant_superseded", "the execution was preflighted again after this grant")
+    if (
+        records.record_body_digest(stored.record) != stored.record_digest
+        or claims.record_digest != stored.record_digest
+    ):
+        return refuse("denied", "grant_mismatch", "the record this grant names was altered")
+    if _has_run(execution):
+        return refuse("denied", "grant_used", "this execution already ran")
+    consumed = models.Grant.objects.filter(pk=grant.pk, used_at__isnull=True).update(used_at=now)
+    if consumed != 1:
+        return refuse("denied", "grant_used", "this grant was already used")
+    audit_append(
+        kind="run",
+        execution_id=execution.pk,
+        body={
+            "grant": grant.nonce,
+            "server": contract.server.name,
+            "tool": contract.name,
+            "payload_digest": expect.payload_digest,
+            "actor": actor,
+        },
+    )
+    return _Claim(
+        grant.pk, dict(contract.server.connector), contract.server.name, contract.name, dict(payload)
+    )
+
+
+@transaction.atomic
+def _record_outcome(
+    *, execution_id: Any, grant_id: int, status: str, result: Any, detail: str, actor: str
+) -> RunOutcome:
+    _lock_execution(execution_id)  # the execution lock before the audit lock, as everywhere
+    outcome = models.Outcome.objects.create(
+        execution_id=execution_id, grant_id=grant_id, status=status, result=result, detail=detail
+    )
+    audit_append(
+        kind="outcome",
+        execution_id=execution_id,
+        body={
+            "status": status,
+            "outcome": outcome.pk,
+            "result_digest": digest(result),
+            "detail": detail,
+            "actor": actor,
+        },
+    )
+    return RunOutcome(status, result, detail)
+
+
+# ---- presets ---------------------------------------------------------------------------------------
+
+
+def preset_list(*, principal: str) -> list[models.Preset]:
+    return list(
+        models.Preset.objects.filter(principal=principal, revoked_at__isnull=True).order_by(
+            "tool", "slot_key"
+        )
+    )
+
+
+@transaction.atomic
+def preset_revoke(*, preset_id: Any, actor: str) -> models.Preset:
+    try:
+        preset = models.Preset.objects.select_for_update().get(pk=preset_id, revoked_at__isnull=True)
+    except (models.Preset.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("unknown_preset", f"no active preset {preset_id}") from None
+    preset.revoked_at = _now()
+    preset.save(update_fields=["revoked_at"])
+    audit_append(
+        kind="preset",
+        execution_id=None,
+        body={
+            "action": "revoke",
+            "preset": preset.pk,
+            "principal": preset.principal,
+            "tool": preset.tool,
+            "slot": preset.slot_key,
+            "actor": actor,
+        },
+    )
+    return preset

@@ -1,0 +1,99 @@
+"""Catalog data and request builders shared by the console tests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+ALICE_MAIN = "DE89370400440532013000"
+ALICE_SAVINGS = "DE75512108001245126199"
+BOB = "DE02120300000000202051"
+
+TRANSFER: dict[str, Any] = {
+    "name": "transfer",
+    "description": "Move money between accounts.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "from_account": {"type": "string"},
+            "to_account": {"type": "string"},
+            "amount": {"type": "number", "exclusiveMinimum": 0},
+            "memo": {"type": "string"},
+        },
+        "required": ["from_account", "to_account", "amount"],
+        "additionalProperties": False,
+    },
+    "annotations": {"destructiveHint": True},
+    "x-preflight": {
+        "state_change": "money leaves from_account and arrives at to_account",
+        "effects": ["money_moves"],
+        "slots": {"from_account": {"sources": ["user_answer", "instruction", "preset"]}},
+        "measures": {
+            "balance": {"lookup": "bank.balance", "args": {"account": "arg:from_account"}, "max_age_s": 60}
+        },
+        "conditions": [
+            {"id": "balance_covers_amount", "check": "measure.balance >= arg.amount", "on_false": "hold"},
+            {"id": "not_to_self", "check": "arg.from_account != arg.to_account", "on_false": "block"},
+        ],
+    },
+}
+
+# Same effect, other server: a second candidate for "money moves".
+WIRE: dict[str, Any] = {
+    "name": "wire",
+    "description": "Send a wire transfer abroad.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"iban": {"type": "string"}, "amount": {"type": "number"}},
+        "required": ["iban", "amount"],
+    },
+    "x-preflight": {"state_change": "money leaves the account by wire", "effects": ["money_moves"]},
+}
+
+GET_BALANCE: dict[str, Any] = {
+    "name": "get_balance",
+    "description": "Current balance of one account.",
+    "inputSchema": {"type": "object", "properties": {"account": {"type": "string"}}, "required": ["account"]},
+    "annotations": {"readOnlyHint": True},
+}
+
+
+def transfer_v2() -> dict[str, Any]:
+    """A changed definition of the same tool: a new contract version."""
+    tool = copy.deepcopy(TRANSFER)
+    tool["description"] = "Move money between two accounts."
+    return tool
+
+
+def span(text: str, part: str, turn: int = 0) -> dict[str, int]:
+    start = text.index(part)
+    return {"turn": turn, "start": start, "end": start + len(part)}
+
+
+def transfer_request(
+    *,
+    amount: int = 120,
+    from_account: str | None = ALICE_MAIN,
+    to_account: str = BOB,
+    principal: str = "user:alice",
+    when: str = "now",
+    timing: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A request whose every value the user said, in one trusted turn, each pointed at."""
+    source = f" from {from_account}" if from_account else ""
+    text = f"Send {amount} EUR{source} to {to_account} {when}."
+    candidates: dict[str, Any] = {
+        "amount": {"value": amount, "pointer": span(text, str(amount))},
+        "to_account": {"value": to_account, "pointer": span(text, to_account)},
+    }
+    if from_account:
+        candidates["from_account"] = {"value": from_account, "pointer": span(text, from_account)}
+    return {
+        "server": "bank",
+        "tool": "transfer",
+        "principal": principal,
+        "conversation": [{"role": "user", "content": text, "trusted": True}],
+        "candidates": candidates,
+        "action_name": span(text, "Send"),
+        "timing": timing or {"mode": "immediate", "pointer": span(text, when)},
+    }

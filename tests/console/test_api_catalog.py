@@ -1,0 +1,150 @@
+"""Catalog import and measures: contracts versioned by digest, problems reported per tool."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from conftest import Agent
+from console_helpers import GET_BALANCE, TRANSFER, transfer_v2
+
+from console import models
+
+pytestmark = pytest.mark.django_db
+
+
+def imported(agent: Agent, tools: list[Any], **extra: Any) -> Any:
+    return agent.post("/api/v1/catalog/import", {"server": "bank", "tools": tools, **extra})
+
+
+def test_an_import_answers_each_tool_with_its_digest_and_obligations(quick_agent: Agent) -> None:
+    response = imported(quick_agent, [TRANSFER, GET_BALANCE])
+
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["server"] == "bank"
+    transfer = body["tools"][0]
+    assert transfer["name"] == "transfer"
+    assert transfer["contract_digest"].startswith("sha256:")
+    assert transfer["problems"] == []
+    keys = [o["key"] for o in transfer["obligations"]]
+    assert {"fixed:tool", "fixed:timing", "arg:from_account", "arg:to_account", "arg:amount"} <= set(keys)
+    assert {"cond:balance_covers_amount", "cond:not_to_self"} <= set(keys)
+    assert next(o for o in transfer["obligations"] if o["key"] == "arg:from_account")["sources"] == [
+        "user_answer",
+        "instruction",
+        "preset",
+    ]
+
+
+def test_a_bad_tool_is_reported_and_the_rest_of_the_batch_imports(quick_agent: Agent) -> None:
+    broken = {"name": "broken", "inputSchema": {"type": "object", "properties": {"a": {"type": "nope"}}}}
+
+    body = imported(quick_agent, [broken, TRANSFER, "not a tool", {"description": "no name"}]).json()
+
+    by_name = {t["name"]: t for t in body["tools"]}
+    assert by_name["broken"]["contract_digest"] is None
+    assert by_name["broken"]["version"] == "invalid"
+    assert "inputSchema" in by_name["broken"]["problems"][0]["where"]
+    assert by_name["transfer"]["version"] == "new"
+    assert by_name["tools[2]"]["problems"][0]["class"] == "invalid"
+    assert by_name["tools[3]"]["problems"][0]["class"] == "invalid"
+    assert models.ToolContract.objects.filter(current=True).count() == 1
+
+
+def test_provider_gaps_are_reported_as_problems(quick_agent: Agent) -> None:
+    vague = {
+        "name": "delete_repo",
+        "description": "Deletes a repository. Requires admin rights.",
+        "inputSchema": {"type": "object", "properties": {"repo": {"type": "string"}}, "required": ["repo"]},
+    }
+
+    problems = imported(quick_agent, [vague]).json()["tools"][0]["problems"]
+
+    assert {p["slot"] for p in problems} >= {"fixed:intended_change", "cond:prose-1"}
+    assert all(p["class"] == "provider_gap" for p in problems)
+
+
+def test_a_changed_definition_is_a_new_version_and_old_records_keep_theirs(quick_agent: Agent) -> None:
+    first = imported(quick_agent, [TRANSFER]).json()["tools"][0]
+    again = imported(quick_agent, [TRANSFER]).json()["tools"][0]
+    second = imported(quick_agent, [transfer_v2()]).json()["tools"][0]
+
+    assert again["version"] == "unchanged"
+    assert again["contract_digest"] == first["contract_digest"]
+    assert second["version"] == "new"
+    assert second["contract_digest"] != first["contract_digest"]
+    versions = models.ToolContract.objects.filter(name="transfer").order_by("pk")
+    assert [(v.digest, v.current) for v in versions] == [
+        (first["contract_digest"], False),
+        (second["contract_digest"], True),
+    ]
+
+
+def test_tools_missing_from_a_new_list_are_retired(quick_agent: Agent) -> None:
+    imported(quick_agent, [TRANSFER, GET_BALANCE])
+
+    body = imported(quick_agent, [TRANSFER]).json()
+
+    assert body["retired"] == ["get_balance"]
+    assert not models.ToolContract.objects.filter(name="get_balance", current=True).exists()
+
+
+def test_annotations_are_untrusted_unless_the_operator_says_so(quick_agent: Agent) -> None:
+    untrusted = imported(quick_agent, [GET_BALANCE]).json()["tools"][0]
+    trusted = imported(quick_agent, [GET_BALANCE], annotations_trusted=True).json()["tools"][0]
+
+    assert untrusted["contract_digest"] != trusted["contract_digest"]
+    untrusted_keys = {o["key"] for o in untrusted["obligations"]}
+    trusted_keys = {o["key"] for o in trusted["obligations"]}
+    assert "fixed:timing" in untrusted_keys  # a read-only claim from an untrusted server changes nothing
+    assert "fixed:timing" not in trusted_keys
+
+
+def test_an_extension_in_meta_or_a_side_car_is_read(quick_agent: Agent) -> None:
+    plain = copy.deepcopy(TRANSFER)
+    extension = plain.pop("x-preflight")
+    in_meta = {**plain, "_meta": {"x-preflight": extension}}
+
+    from_meta = imported(quick_agent, [in_meta]).json()["tools"][0]
+    from_side_car = imported(quick_agent, [plain], extensions={"transfer": extension}).json()["tools"][0]
+
+    for tool in (from_meta, from_side_car):
+        assert "cond:not_to_self" in {o["key"] for o in tool["obligations"]}
+
+
+def test_an_import_needs_a_server_and_a_list_of_tools(quick_agent: Agent) -> None:
+    response = quick_agent.post("/api/v1/catalog/import", {"server": 3, "tools": {}})
+
+    assert response.status_code == 400
+    assert "server" in response.json()["detail"] and "tools" in response.json()["detail"]
+
+
+def test_a_measure_is_created_then_redefined_by_name(quick_agent: Agent) -> None:
+    body = {"name": "bank.balance", "kind": "http", "url": "http://127.0.0.1:9/balance", "timeout_s": 2}
+
+    created = quick_agent.post("/api/v1/measures", body)
+    redefined = quick_agent.post("/api/v1/measures", body | {"timeout_s": 3})
+
+    assert created.status_code == 201
+    assert created.json() == body | {"config": {}, "created": True}
+    assert redefined.status_code == 200
+    assert models.Measure.objects.get().timeout_s == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "m", "kind": "ftp"}, "kind"),
+        ({"name": "m", "kind": "http"}, "url"),
+        ({"name": "m", "kind": "python", "timeout_s": 0}, "timeout_s"),
+        ({"name": "m", "kind": "python", "timeout_s": "2"}, "timeout_s"),
+        ({"kind": "python"}, "name"),
+    ],
+)
+def test_a_bad_measure_is_400_naming_the_field(quick_agent: Agent, body: dict[str, Any], field: str) -> None:
+    response = quick_agent.post("/api/v1/measures", body)
+
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith(field)

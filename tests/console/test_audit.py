@@ -1,0 +1,141 @@
+"""The audit chain: every action leaves a link; any edit, deletion or reordering is found and named."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Agent, Downstream
+from console_helpers import TRANSFER, transfer_request
+from django.core.management import CommandError, call_command
+from django.db import DatabaseError
+
+from console import models, services
+from console.audit import GENESIS
+
+pytestmark = pytest.mark.django_db
+
+
+def some_history() -> None:
+    for i in range(4):
+        services.measure_create(name=f"m{i}", kind="python", actor="test")
+
+
+def verify() -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command("verify_audit", stdout=out)
+    return out.getvalue()
+
+
+def test_an_intact_chain_verifies() -> None:
+    some_history()
+
+    assert "audit chain ok: 4 events, head seq 4" in verify()
+    first = models.AuditEvent.objects.get(seq=1)
+    assert first.prev_hash == GENESIS
+    assert models.AuditEvent.objects.get(seq=2).prev_hash == first.hash
+
+
+def test_an_edited_row_is_named() -> None:
+    some_history()
+    models.AuditEvent.objects.filter(seq=3).update(body={"name": "m2", "kind": "http"})
+
+    with pytest.raises(CommandError, match=r"broken at seq 3: .*edited"):
+        verify()
+
+
+def test_a_deleted_row_is_named() -> None:
+    some_history()
+    models.AuditEvent.objects.filter(seq=2).delete()
+
+    with pytest.raises(CommandError, match=r"broken at seq 2: seq 2 is missing"):
+        verify()
+
+
+def test_reordered_rows_are_named() -> None:
+    some_history()
+    a, b = models.AuditEvent.objects.get(seq=2), models.AuditEvent.objects.get(seq=3)
+    models.AuditEvent.objects.filter(pk=a.pk).update(seq=1000)
+    models.AuditEvent.objects.filter(pk=b.pk).update(seq=2)
+    models.AuditEvent.objects.filter(pk=a.pk).update(seq=3)
+
+    with pytest.raises(CommandError, match=r"broken at seq 2"):
+        verify()
+
+
+def test_a_recomputed_hash_on_an_edited_row_breaks_the_next_link() -> None:
+    from console.audit import link_hash
+
+    some_history()
+    row = models.AuditEvent.objects.get(seq=2)
+    body = {"name": "forged"}
+    forged = link_hash(
+        seq=2, kind=row.kind, execution_id=None, body=body, created_at=row.created_at, prev_hash=row.prev_hash
+    )
+    models.AuditEvent.objects.filter(pk=row.pk).update(body=body, hash=forged)
+
+    with pytest.raises(CommandError, match=r"broken at seq 3: prev_hash"):
+        verify()
+
+
+def test_an_edited_preflight_record_is_named(quick_bank: Downstream, quick_agent: Agent) -> None:
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+    stored = models.PreflightRecord.objects.get(execution_id=record["id"])
+    models.PreflightRecord.objects.filter(pk=stored.pk).update(record={**stored.record, "verdict": "execute"})
+
+    with pytest.raises(CommandError, match=rf"record {record['id']}#1 does not match its digest"):
+        verify()
+
+
+def test_history_rows_cannot_be_changed_through_the_orm() -> None:
+    some_history()
+    row = models.AuditEvent.objects.get(seq=1)
+    row.body = {"changed": True}
+
+    with pytest.raises(models.AppendOnlyError):
+        row.save()
+    with pytest.raises(models.AppendOnlyError):
+        row.delete()
+
+
+def test_every_step_of_an_execution_is_in_the_chain(bank: Downstream, agent: Agent) -> None:
+    first = agent.post("/api/v1/executions", transfer_request(from_account=None)).json()
+    agent.post(
+        f"/api/v1/executions/{first['id']}/answers",
+        {"answers": {"arg:from_account": "DE89370400440532013000"}, "remember": ["arg:from_account"]},
+    )
+    record = agent.get(f"/api/v1/executions/{first['id']}").json()
+    agent.post(f"/api/v1/executions/{first['id']}/run", {"grant": record["grant"]})
+
+    kinds = list(models.AuditEvent.objects.filter(execution_id=first["id"]).values_list("kind", flat=True))
+
+    assert kinds == [
+        "preflight",
+        "gap_report",
+        "answer",
+        "preset",
+        "preflight",
+        "preflight",
+        "grant",
+        "run",
+        "outcome",
+    ]
+    assert set(models.AuditEvent.objects.values_list("kind", flat=True)) >= {"catalog_import", "measure"}
+    assert "audit chain ok" in verify()
+
+
+def test_when_the_audit_write_fails_the_action_is_not_recorded(
+    quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console import audit
+
+    def broken(**kwargs: object) -> None:
+        raise DatabaseError("disk full")
+
+    monkeypatch.setattr(services, "audit_append", broken)
+    response = quick_agent.post("/api/v1/catalog/import", {"server": "bank", "tools": [TRANSFER]})
+
+    assert response.status_code == 500
+    assert response.json()["error"] == "internal_error"
+    assert not models.Server.objects.exists()
+    assert audit.AuditEvent.objects.count() == 1  # only the token created for the agent

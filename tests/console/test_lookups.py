@@ -1,0 +1,239 @@
+"""Lookups: one frontier is one Celery group, tasks are idempotent, failures hold with their reason."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from conftest import Agent, Downstream
+from console_helpers import ALICE_MAIN, span, transfer_request
+from kombu.exceptions import OperationalError
+
+from console import connectors, models, services, tasks
+
+CONVERT: dict[str, Any] = {
+    "name": "convert",
+    "description": "Convert money into another currency.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "account": {"type": "string"},
+            "currency": {"type": "string"},
+            "amount": {"type": "number"},
+        },
+        "required": ["account", "currency", "amount"],
+    },
+    "x-preflight": {
+        "state_change": "money is converted",
+        "slots": {"currency": {"sources": ["observed"], "measure": "currency"}},
+        "measures": {
+            "currency": {"lookup": "bank.currency", "args": {"account": "arg:account"}},
+            "balance": {"lookup": "bank.balance", "args": {"account": "arg:account"}},
+            "rate": {"lookup": "fx.rate", "args": {"currency": "arg:currency"}},
+        },
+        "conditions": [
+            {"id": "covered", "check": "measure.balance >= arg.amount", "on_false": "hold"},
+            {"id": "priced", "check": "measure.rate > 0.0", "on_false": "hold"},
+        ],
+    },
+}
+
+
+@pytest.fixture
+def fx(downstream: Downstream) -> Downstream:
+    services.catalog_import(server="bank", tools=[CONVERT], annotations_trusted=False, actor="test")
+    for name in ("bank.balance", "bank.currency", "fx.rate"):
+        services.measure_create(name=name, kind="python", timeout_s=1, actor="test")
+    connectors.register_lookup("bank.currency")(lambda account: "CHF")
+    connectors.register_lookup("fx.rate")(lambda currency: {"CHF": 0.93}[currency])
+    return downstream
+
+
+def convert_request() -> dict[str, Any]:
+    text = f"Convert 100 from {ALICE_MAIN} now"
+    return {
+        "server": "bank",
+        "tool": "convert",
+        "principal": "user:alice",
+        "conversation": [{"role": "user", "content": text, "trusted": True}],
+        "candidates": {
+            "account": {"value": ALICE_MAIN, "pointer": span(text, ALICE_MAIN)},
+            "amount": {"value": 100, "pointer": span(text, "100")},
+        },
+        "action_name": span(text, "Convert"),
+        "timing": {"mode": "immediate", "pointer": span(text, "now")},
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lookups_run_one_group_per_dependency_level(
+    fx: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups: list[list[str]] = []
+    real_chord = tasks.chord
+
+    def spy(header: list[Any]) -> Any:
+        groups.append(sorted(sig.args[1].split("#")[0] for sig in header))
+        return real_chord(header)
+
+    monkeypatch.setattr(tasks, "chord", spy)
+
+    record = agent.post("/api/v1/executions", convert_request()).json()
+
+    assert record["verdict"] == "execute", record["reasons"]
+    assert groups == [["balance", "currency"], ["rate"]]  # round trips = depth, not the number of lookups
+    currency = next(s for s in record["slots"] if s["key"] == "arg:currency")
+    assert (currency["value"], currency["source"]) == ("CHF", "observed")
+
+
+@pytest.mark.django_db
+def test_a_redelivered_lookup_task_changes_nothing(quick_bank: Downstream, quick_agent: Agent) -> None:
+    # No commit in this test transaction, so nothing was dispatched: the tasks are run by hand, twice.
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+    assert record["verdict"] == "measure"
+    key = record["measures"][0]["key"]
+
+    tasks.measure_run(record["id"], key)
+    tasks.measure_run(record["id"], key)
+
+    observations = models.Observation.objects.filter(execution_id=record["id"], key=key)
+    assert [(o.value, o.error) for o in observations] == [(2500.0, None)]
+    assert quick_bank.lookups == 1
+    services.execution_repreflight(execution_id=record["id"], trigger="lookups")
+    assert models.Execution.objects.get(pk=record["id"]).verdict == "execute"
+
+
+@pytest.mark.django_db
+def test_a_lookup_that_raises_is_an_error_finding_and_holds(
+    quick_bank: Downstream, quick_agent: Agent
+) -> None:
+    connectors.register_lookup("bank.balance")(lambda account: 1 / 0)
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+
+    tasks.measure_run(record["id"], record["measures"][0]["key"])
+    services.execution_repreflight(execution_id=record["id"], trigger="lookups")
+
+    after = quick_agent.get(f"/api/v1/executions/{record['id']}").json()
+    assert after["verdict"] == "hold"
+    condition = next(s for s in after["slots"] if s["key"] == "cond:balance_covers_amount")
+    errors = [f for f in condition["findings"] if f["outcome"] == "error"]
+    assert errors and "ZeroDivisionError" in errors[0]["detail"]
+
+
+@pytest.mark.django_db
+def test_a_lookup_without_a_registered_measure_holds(quick_bank: Downstream, quick_agent: Agent) -> None:
+    models.Measure.objects.all().delete()
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+
+    tasks.measure_run(record["id"], record["measures"][0]["key"])
+
+    assert models.Observation.objects.get().error == "no measure is registered as 'bank.balance'"
+
+
+@pytest.mark.django_db
+def test_a_slow_lookup_times_out_as_an_error(quick_bank: Downstream, quick_agent: Agent) -> None:
+    models.Measure.objects.filter(name="bank.balance").update(timeout_s=0.2)
+    connectors.register_lookup("bank.balance")(lambda account: time.sleep(1) or 5)
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+
+    tasks.measure_run(record["id"], record["measures"][0]["key"])
+
+    assert "within 0.2s" in (models.Observation.objects.get().error or "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lookup_that_is_always_stale_ends_in_a_hold(bank: Downstream, agent: Agent) -> None:
+    old = datetime.now(UTC) - timedelta(hours=1)
+    connectors.register_lookup("bank.balance")(lambda account: (2500.0, old))
+
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+
+    assert record["verdict"] == "hold"
+    assert (
+        models.Observation.objects.filter(execution_id=record["id"]).count()
+        == services.MAX_LOOKUPS_PER_KEY + 1
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_when_the_broker_is_down_the_record_holds_with_the_reason_and_nothing_is_lost(
+    bank: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(header: Any) -> Any:
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(tasks, "chord", down)
+
+    response = agent.post("/api/v1/executions", transfer_request())
+
+    assert response.status_code == 201
+    record = response.json()
+    assert record["verdict"] == "hold"
+    assert any(
+        "broker unavailable" in (f.get("detail") or "") for s in record["slots"] for f in s["findings"]
+    )
+    rows = models.PreflightRecord.objects.filter(execution_id=record["id"]).order_by("seq")
+    assert [(r.verdict, r.trigger) for r in rows] == [("measure", "create"), ("hold", "lookups")]
+    assert bank.lookups == 0
+
+
+@pytest.mark.django_db
+def test_a_lookup_lost_with_its_worker_is_an_error_at_the_next_preflight(
+    quick_bank: Downstream, quick_agent: Agent, settings: Any
+) -> None:
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+    models.Observation.objects.update(dispatched_at=datetime.now(UTC) - timedelta(hours=1))
+
+    services.execution_repreflight(execution_id=record["id"], trigger="answer")
+
+    assert "lost" in (models.Observation.objects.get().error or "")
+    assert models.Execution.objects.get(pk=record["id"]).verdict == "hold"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_get_with_wait_returns_as_soon_as_the_lookups_finish(
+    bank: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)  # a worker that is slow
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+    assert record["verdict"] == "measure"
+
+    def worker() -> None:
+        from django.db import connections
+
+        time.sleep(0.3)
+        try:
+            tasks.measure_run(record["id"], record["measures"][0]["key"])
+            tasks.lookups_done(record["id"])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=worker)
+    started = time.monotonic()
+    thread.start()
+    answered = agent.get(f"/api/v1/executions/{record['id']}", {"wait": "5"}).json()
+    thread.join()
+
+    assert answered["verdict"] == "execute"
+    assert time.monotonic() - started < 3
+
+
+@pytest.mark.django_db
+def test_trigger_due_picks_up_lost_lookups_and_overdue_deferrals(
+    quick_bank: Downstream, quick_agent: Agent
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    stuck = quick_agent.post("/api/v1/executions", transfer_request()).json()
+    models.Observation.objects.update(dispatched_at=datetime.now(UTC) - timedelta(hours=1))
+    out = StringIO()
+
+    call_command("trigger_due", stdout=out)
+
+    assert "re-preflighted 1 execution(s)" in out.getvalue()
+    assert models.Execution.objects.get(pk=stuck["id"]).verdict == "hold"

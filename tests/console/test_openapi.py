@@ -1,0 +1,74 @@
+"""The agent API is described by a valid OpenAPI schema, with every v1 operation in it."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+import yaml
+from django.core.management import call_command
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.validation import validate_schema
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    generated = SchemaGenerator().get_schema(request=None, public=True)
+    assert isinstance(generated, dict)
+    return generated
+
+
+def test_the_schema_validates_against_the_openapi_metaschema(schema: dict[str, Any]) -> None:
+    validate_schema(schema)
+
+
+def test_the_schema_generates_without_a_single_warning() -> None:
+    out = StringIO()
+    call_command("spectacular", "--validate", "--fail-on-warn", stdout=out, stderr=StringIO())
+    assert yaml.safe_load(out.getvalue())["openapi"].startswith("3.")
+
+
+def test_every_agent_api_v1_operation_is_described(schema: dict[str, Any]) -> None:
+    operations = {(path, method) for path, item in schema["paths"].items() for method in item}
+
+    assert operations >= {
+        ("/api/v1/catalog/import", "post"),
+        ("/api/v1/measures", "post"),
+        ("/api/v1/executions", "post"),
+        ("/api/v1/executions/{execution_id}", "get"),
+        ("/api/v1/executions/{execution_id}/answers", "post"),
+        ("/api/v1/executions/{execution_id}/run", "post"),
+        ("/api/v1/presets", "get"),
+        ("/api/v1/presets/{preset_id}", "delete"),
+    }
+
+
+def test_every_operation_needs_the_bearer_token(schema: dict[str, Any]) -> None:
+    assert schema["components"]["securitySchemes"]["agentToken"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "python manage.py create_agent_token NAME",
+    }
+    for path, item in schema["paths"].items():
+        if path.startswith("/api/v1/"):
+            for operation in item.values():
+                assert operation["security"] == [{"agentToken": []}], path
+
+
+def test_the_record_schema_carries_the_v1_fields(schema: dict[str, Any]) -> None:
+    record = schema["components"]["schemas"]["RecordOut"]["properties"]
+
+    assert {
+        "id",
+        "verdict",
+        "slots",
+        "questions",
+        "unmet",
+        "gaps",
+        "payload",
+        "payload_digest",
+        "record_digest",
+        "grant",
+        "console_url",
+    } <= set(record)
