@@ -11,4 +11,5 @@ urlpatterns = [
     path("api/v1/", include("console.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("console.web.urls")),
 ]
