@@ -203,6 +203,10 @@ def contract_from_mcp(
     if not isinstance(server, str) or not server:
         raise ContractError(name, "the server name is empty")
     definition = dict(tool)
+    meta = definition.get("_meta")
+    if "x-preflight" not in definition and isinstance(meta, Mapping) and "x-preflight" in meta:
+        # MCP SDKs drop unknown top-level Tool fields, so servers carry the extension in _meta.
+        definition["x-preflight"] = meta["x-preflight"]
     if extension is not None:
         definition["x-preflight"] = extension
     schema = definition.get("inputSchema")

@@ -7,6 +7,7 @@ request; `preflight()` is the cheap per-call part.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,8 +30,31 @@ __all__ = ["Plan", "compile_plan", "preflight", "select_tool"]
 
 Route = Literal["ask_user", "measure", "hold", "provider_gap", "unsupported"]
 
-_validators: dict[str, PayloadValidator] = {}
-_validators_lock = threading.Lock()
+
+class _Bounded[K, V]:
+    """A small thread-safe LRU: a long-running server sees contract versions come and go."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[K, V] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self.lock:
+            value = self.items.get(key)
+            if value is not None:
+                self.items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+_validators: _Bounded[str, PayloadValidator] = _Bounded(4096)
 
 
 def _validator(schema: Mapping[str, Any]) -> PayloadValidator:
@@ -39,9 +63,18 @@ def _validator(schema: Mapping[str, Any]) -> PayloadValidator:
     found = _validators.get(key)
     if found is None:
         found = PayloadValidator(schema)
-        with _validators_lock:
-            _validators[key] = found
+        _validators.put(key, found)
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class PropInfo:
+    """What a plan knows of one argument before any request: computed once, read on every preflight."""
+
+    key: str
+    config: SlotConfig
+    label: str
+    labels: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +89,10 @@ class Plan:
     label_confirm: frozenset[str]
     label_approvals: tuple[Label, ...]
     arguments: frozenset[str]
+    props: Mapping[str, PropInfo]
 
 
-_plans: dict[tuple[str, str], Plan] = {}
+_plans: _Bounded[tuple[str, str], Plan] = _Bounded(4096)
 
 
 def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Plan:
@@ -82,9 +116,32 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
         label_confirm=frozenset(lb.target for lb in labels if lb.tag == "confirm" and lb.target),
         label_approvals=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
         arguments=_paths(root) if root is not None else frozenset(),
+        props=_prop_infos(contract, root, labels) if root is not None else {},
     )
-    _plans[key] = plan
+    _plans.put(key, plan)
     return plan
+
+
+def _prop_infos(contract: ToolContract, root: ObjectNode, labels: Sequence[Label]) -> dict[str, PropInfo]:
+    confirm = {lb.target for lb in labels if lb.tag == "confirm" and lb.target}
+    required = {lb.target for lb in labels if lb.tag == "required" and lb.target}
+    out: dict[str, PropInfo] = {}
+
+    def walk(node: ObjectNode) -> None:
+        for prop in node.properties.values():
+            cfg = contract.slot_config(prop.path)
+            label = cfg.label or str(
+                prop.schema.get("title") or prop.path.replace("_", " ").replace(".", " ")
+            )
+            tags = (("confirm",) if cfg.confirm or prop.path in confirm else ()) + (
+                ("required",) if prop.path in required else ()
+            )
+            out[prop.path] = PropInfo(f"arg:{prop.path}", cfg, label, tags)
+            if prop.child is not None:
+                walk(prop.child)
+
+    walk(root)
+    return out
 
 
 def _paths(node: ObjectNode) -> frozenset[str]:
@@ -169,7 +226,7 @@ class _Run:
                     return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             elif source == "instruction":
                 if cand is None:
-                    res.findings.append(Finding(source, "no_result"))
+                    res.findings.append(_NO_RESULT[source])
                     continue
                 if cand.pointer is None:
                     res.findings.append(Finding(source, "no_result", detail="proposed without a pointer"))
@@ -218,7 +275,7 @@ class _Run:
                 if declared:
                     return self._found(res, source, declared, {"contract": self.contract.digest})
             if not res.findings or res.findings[-1].source != source:
-                res.findings.append(Finding(source, "no_result"))
+                res.findings.append(_NO_RESULT[source])
         return res
 
     @staticmethod
@@ -357,7 +414,7 @@ class _Run:
                     )
                 )
                 continue
-            res.findings.append(Finding(source, "no_result"))
+            res.findings.append(_NO_RESULT[source])
         return res
 
     def timing_resolution(self, ob: FixedObligation) -> _Resolution:
@@ -393,7 +450,7 @@ class _Run:
                 continue
             if source == "preset" and (p := self.evidence.presets.get(ob.key)) is not None:
                 return self._found(res, source, p.value, {"preset": p.id})
-            res.findings.append(Finding(source, "no_result"))
+            res.findings.append(_NO_RESULT[source])
         return res
 
     def intent_slot(self, ob: FixedObligation, res: _Resolution) -> None:
@@ -578,8 +635,15 @@ class _Run:
             or key in self.evidence.prior
         )
 
+    def info(self, prop: Property) -> PropInfo:
+        found = self.plan.props.get(prop.path)
+        if found is None:  # a property reached only through a branch the plan walk did not see
+            cfg = self.contract.slot_config(prop.path)
+            found = PropInfo(f"arg:{prop.path}", cfg, cfg.label or prop.path.replace("_", " "), ())
+        return found
+
     def config(self, prop: Property) -> SlotConfig:
-        return self.contract.slot_config(prop.path)
+        return self.info(prop).config
 
     def resolve_prop(self, prop: Property) -> _Resolution:
         done = self.resolved.get(prop.path)
@@ -637,14 +701,8 @@ class _Run:
         self.questions.append(Question(key, self.sanitize(text), {"enum": list(options)}, options))
 
     def arg_slot(self, prop: Property, res: _Resolution, *, required: bool) -> None:
-        cfg = self.config(prop)
-        key = f"arg:{prop.path}"
-        label = cfg.label or str(prop.schema.get("title") or prop.path.replace("_", " ").replace(".", " "))
-        labels = []
-        if cfg.confirm or prop.path in self.plan.label_confirm:
-            labels.append("confirm")
-        if prop.path in self.plan.label_required:
-            labels.append("required")
+        info = self.info(prop)
+        cfg, key, label, labels = info.config, info.key, info.label, info.labels
         approval: Literal["approved", "void", "required"] | None = None
         if "confirm" in labels and res.status == "known":
             state = approval_state(self.evidence.approvals, key, res.value)
@@ -659,7 +717,7 @@ class _Run:
                 res.value,
                 res.source,
                 res.pointer,
-                labels=tuple(labels),
+                labels=labels,
                 approval=approval,
                 findings=tuple(res.findings),
             )
@@ -686,7 +744,7 @@ class _Run:
             "unknown",
             route=route,
             gap=gap,
-            labels=tuple(labels),
+            labels=labels,
             findings=tuple(res.findings),
             candidate=res.candidate,
             unverified=res.unverified,
@@ -710,9 +768,15 @@ class _Run:
 
     # ---- conditions and approvals ---------------------------------------------------------------
 
-    def args_activation(self) -> dict[str, Any]:
+    def args_activation(self, expr: Expression) -> dict[str, Any]:
+        # Only the arguments an expression reads: converting the rest into CEL values is wasted work.
+        names = (
+            None if "arg:*" in expr.reads else {r[4:].split(".")[0] for r in expr.reads if r[:4] == "arg:"}
+        )
         out: dict[str, Any] = {}
         for path, value in self.values.items():
+            if names is not None and path.split(".")[0] not in names:
+                continue
             if value is None and path in self.arg_slots and self.arg_slots[path].status == "null":
                 continue
             _set_path(out, path, value)
@@ -805,7 +869,7 @@ class _Run:
         try:
             met = evaluate(
                 expr,
-                args=self.args_activation(),
+                args=self.args_activation(expr),
                 measures=measures,
                 principal=self.request.principal,
                 env={"environment": self.request.environment},
@@ -883,7 +947,7 @@ class _Run:
                 try:
                     needed = evaluate(
                         when,
-                        args=self.args_activation(),
+                        args=self.args_activation(when),
                         measures=measures,
                         principal=self.request.principal,
                         env={"environment": self.request.environment},
@@ -1063,6 +1127,11 @@ class _Run:
 
 
 _BAD = object()
+# Findings are immutable, so the plain "nothing here" finding of each source is shared, not rebuilt.
+_NO_RESULT = {
+    source: Finding(source, "no_result")
+    for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "contract")
+}
 _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:action_name": {"type": "string", "minLength": 1},
     "fixed:timing": {"oneOf": [{"const": "immediate"}, {"type": "string", "format": "date-time"}]},

@@ -85,3 +85,12 @@ def test_annotations_of_an_untrusted_server_are_not_authoritative() -> None:
 def test_a_plan_is_compiled_once_per_contract() -> None:
     contract = contract_from_mcp("bank", tool())
     assert compile_plan(contract) is compile_plan(contract_from_mcp("bank", tool()))
+
+
+def test_an_extension_carried_in_meta_is_read_like_an_embedded_one() -> None:
+    definition = tool()
+    extension = definition.pop("x-preflight")
+    definition["_meta"] = {"x-preflight": extension}
+    contract = contract_from_mcp("bank", definition)
+    assert contract.extension.state_change == extension["state_change"]
+    assert [c.id for c in contract.extension.conditions] == ["balance_covers_amount", "not_to_self"]
