@@ -29,6 +29,7 @@ from .validation import PayloadValidator
 __all__ = ["Plan", "compile_plan", "preflight", "select_tool"]
 
 Route = Literal["ask_user", "measure", "hold", "provider_gap", "unsupported"]
+DefinedBy = Literal["provider", "policy", "user"]
 
 
 class _Bounded[K, V]:
@@ -165,6 +166,7 @@ class _Resolution:
     waits_for: tuple[str, ...] = ()
     candidate: Any = None
     unverified: bool = False
+    reason: str | None = None  # why an expression has no value
 
 
 class _Run:
@@ -826,48 +828,14 @@ class _Run:
             return None
         return measures
 
-    def condition_slot(
-        self,
-        key: str,
-        defined_by: Literal["provider", "policy", "user"],
-        expr: Expression,
-        on_false: Literal["hold", "block"],
-        text: str,
-        cond_id: str,
-    ) -> None:
+    def judge(self, expr: Expression) -> tuple[_Resolution, bool | None]:
+        """Evaluate an expression once everything it reads is settled: (its trace, its value or None)."""
         res = _Resolution()
         measures = self.reads_ready(expr, res)
         if measures is None:
-            if res.error:
-                self.add(
-                    SlotState(
-                        key,
-                        "condition",
-                        defined_by,
-                        text,
-                        "unknown",
-                        route="hold",
-                        findings=tuple(res.findings),
-                        detail="a lookup it reads failed",
-                    )
-                )
-            else:
-                route = cast(Route, res.source or "hold")
-                self.add(
-                    SlotState(
-                        key,
-                        "condition",
-                        defined_by,
-                        text,
-                        "unknown",
-                        route=route,
-                        findings=tuple(res.findings),
-                        waits_for=res.waits_for,
-                    )
-                )
-            return
+            return res, None
         try:
-            met = evaluate(
+            value = evaluate(
                 expr,
                 args=self.args_activation(expr),
                 measures=measures,
@@ -875,30 +843,66 @@ class _Run:
                 env={"environment": self.request.environment},
             )
         except ExpressionError as exc:
-            self.add(
-                SlotState(
-                    key,
-                    "condition",
-                    defined_by,
-                    text,
-                    "unknown",
-                    route="hold",
-                    findings=(*res.findings, Finding("condition", "error", detail=exc.reason)),
-                    detail=f"the condition could not be evaluated: {exc.reason}",
-                )
+            # fail closed: an expression with no answer is never read as false
+            res.error = True
+            res.reason = exc.reason
+            res.findings.append(Finding("condition", "error", detail=exc.reason))
+            return res, None
+        res.findings.append(
+            Finding("condition", "found", {"measures": sorted(measures)} if measures else None)
+        )
+        return res, value
+
+    def unsettled(self, key: str, owner: DefinedBy, text: str, res: _Resolution, **more: Any) -> SlotState:
+        """An expression with no value yet: held on an error, else routed like what it waits for."""
+        if res.error:
+            detail = f"could not be evaluated: {res.reason}" if res.reason else "a lookup it reads failed"
+            return SlotState(
+                key,
+                "condition",
+                owner,
+                text,
+                "unknown",
+                route="hold",
+                findings=tuple(res.findings),
+                detail=detail,
+                **more,
             )
+        return SlotState(
+            key,
+            "condition",
+            owner,
+            text,
+            "unknown",
+            route=cast(Route, res.source or "hold"),
+            findings=tuple(res.findings),
+            waits_for=res.waits_for,
+            **more,
+        )
+
+    def condition_slot(
+        self,
+        key: str,
+        owner: DefinedBy,
+        expr: Expression,
+        on_false: Literal["hold", "block"],
+        text: str,
+        cond_id: str,
+    ) -> None:
+        res, met = self.judge(expr)
+        if met is None:
+            self.add(self.unsettled(key, owner, text, res))
             return
-        finding = Finding("condition", "found", {"measures": sorted(measures)} if measures else None)
         self.add(
             SlotState(
                 key,
                 "condition",
-                defined_by,
+                owner,
                 text,
                 "known",
                 met,
                 "condition",
-                findings=(*res.findings, finding),
+                findings=tuple(res.findings),
                 met=met,
                 detail=None if met else f"unmet: {on_false}",
             )
@@ -916,7 +920,7 @@ class _Run:
                 )
 
     def approvals(self, payload_digest: str | None) -> None:
-        wanted: list[tuple[str, str, Expression | None, Literal["provider", "policy", "user"]]] = []
+        wanted: list[tuple[str, str, Expression | None, DefinedBy]] = []
         for spec in self.contract.extension.extra_approval:
             wanted.append((spec.id, spec.text, spec.when, "provider"))
         for label in self.plan.label_approvals:
@@ -927,44 +931,9 @@ class _Run:
         for aid, text, when, owner in wanted:
             key = f"approval:{aid}"
             if when is not None:
-                res = _Resolution()
-                measures = self.reads_ready(when, res)
-                if measures is None:
-                    self.add(
-                        SlotState(
-                            key,
-                            "condition",
-                            owner,
-                            text,
-                            "unknown",
-                            route="hold" if res.error else cast(Route, res.source or "hold"),
-                            findings=tuple(res.findings),
-                            waits_for=res.waits_for,
-                            approval="required",
-                        )
-                    )
-                    continue
-                try:
-                    needed = evaluate(
-                        when,
-                        args=self.args_activation(when),
-                        measures=measures,
-                        principal=self.request.principal,
-                        env={"environment": self.request.environment},
-                    )
-                except ExpressionError as exc:
-                    self.add(
-                        SlotState(
-                            key,
-                            "condition",
-                            owner,
-                            text,
-                            "unknown",
-                            route="hold",
-                            findings=(Finding("condition", "error", detail=exc.reason),),
-                            detail=f"could not tell whether approval is needed: {exc.reason}",
-                        )
-                    )
+                res, needed = self.judge(when)
+                if needed is None:
+                    self.add(self.unsettled(key, owner, text, res, approval="required"))
                     continue
                 if not needed:
                     self.add(
