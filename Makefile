@@ -20,8 +20,8 @@ services:
 # Embedded mode: SQLite under var/, lookups in-process. An exported DATABASE_URL would silently switch modes.
 demo: bootstrap
 	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py migrate --noinput
-	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py seed_demo
-	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py runserver 127.0.0.1:8000
+	env -u DATABASE_URL -u REDIS_URL PREFLIGHT_DEMO=1 $(PY) manage.py seed_demo
+	env -u DATABASE_URL -u REDIS_URL PREFLIGHT_DEMO=1 $(PY) manage.py runserver 127.0.0.1:8000
 
 lint: bootstrap
 	$(PY) -m ruff check .

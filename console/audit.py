@@ -7,8 +7,10 @@ rolls back with it: nothing is done unrecorded.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,39 +43,102 @@ def link_hash(
     )
 
 
-def _serialize_appends() -> None:
+def _chain_head() -> tuple[int, str]:
+    """(seq, hash) of the last event, read under the append lock; (0, GENESIS) for an empty chain."""
     # Two appends must not read the same "last" row. PostgreSQL: a transaction-scoped advisory lock (it
     # also covers the empty table, which a row lock cannot). SQLite serializes writers itself, and the
     # unique seq turns any race that slips through into a failed action, never a forked chain.
     if connection.vendor == "postgresql":
+        lock = f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d})"
+        table = connection.ops.quote_name(AuditEvent._meta.db_table)
+        head = f"SELECT seq, hash FROM {table} ORDER BY seq DESC LIMIT 1"
+        # The read must be a statement of its own, after the lock: in READ COMMITTED each statement takes its
+        # snapshot when it starts, so only then does it see the previous lock holder's commit. A plain read
+        # suffices under the lock (a row lock would cost a heap write per append).
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_LOCK_KEY])
+            if connection.settings_dict["OPTIONS"].get("server_side_binding"):
+                cursor.execute(lock)
+                cursor.execute(head)
+            else:
+                # Client-side binding sends a query without parameters over the simple protocol, which takes
+                # several statements (each with its own snapshot): lock and read in one round trip.
+                cursor.execute(f"{lock}; {head}")
+                cursor.nextset()
+            row = cursor.fetchone()
+    else:
+        row = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    return (int(row[0]), str(row[1])) if row else (0, GENESIS)
+
+
+def _write(events: list[AuditEvent]) -> None:
+    """Link the events to the chain, in order, and insert them: one lock, one read, one INSERT."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("audit events are written inside the transaction of the action they record")
+    seq, prev_hash = _chain_head()
+    for event in events:
+        seq += 1
+        event.seq = seq
+        event.prev_hash = prev_hash
+        event.created_at = timezone.now()
+        event.hash = prev_hash = link_hash(
+            seq=seq,
+            kind=event.kind,
+            execution_id=event.execution_id,
+            body=event.body,
+            created_at=event.created_at,
+            prev_hash=event.prev_hash,
+        )
+    AuditEvent.objects.bulk_create(events)
+
+
+_batches = threading.local()
+
+
+@contextmanager
+def audit_batch() -> Iterator[None]:
+    """Appends inside this block are linked and written together when it ends, still inside the caller's
+    transaction, in the order they were made (nested blocks join the outermost one). One action that
+    appends several events (a preflight, its gap report, its grant) then takes the chain lock once, and
+    only for the write at its end rather than from its first append until commit. If a block raises, its
+    appends are dropped with the work they record; if the write fails, the block raises.
+
+    Inside a block, do not recover from an exception of a savepoint that appended: its events would still
+    be written (wrap such a savepoint in a block of its own)."""
+    outer = getattr(_batches, "events", None)
+    if outer is not None:
+        mark = len(outer)
+        try:
+            yield
+        except BaseException:
+            # Services are atomic: what this block recorded rolls back with its savepoint, so do its events.
+            del outer[mark:]
+            raise
+        return
+    events: list[AuditEvent] = []
+    _batches.events = events
+    try:
+        yield
+    finally:
+        _batches.events = None
+    if events:
+        _write(events)
 
 
 def audit_append(*, kind: str, execution_id: uuid.UUID | str | None, body: Mapping[str, Any]) -> AuditEvent:
+    """Append one event (inside an `audit_batch`, when the batch ends). seq, prev_hash, created_at and hash
+    are set when it is written."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit_append must run inside the transaction of the action it records")
-    _serialize_appends()
-    # A plain read suffices under the lock (and a row lock would cost a heap write per append). The lock is
-    # its own statement on purpose: in READ COMMITTED the next statement sees the previous holder's commit.
-    last = AuditEvent.objects.order_by("-seq").only("seq", "hash").first()
-    seq = last.seq + 1 if last else 1
-    prev_hash = last.hash if last else GENESIS
-    created_at = timezone.now()
-    ex_id = str(execution_id) if execution_id is not None else None
-    body = dict(body)
     event = AuditEvent(
-        seq=seq,
         kind=kind,
-        execution_id=ex_id,
-        body=body,
-        prev_hash=prev_hash,
-        created_at=created_at,
-        hash=link_hash(
-            seq=seq, kind=kind, execution_id=ex_id, body=body, created_at=created_at, prev_hash=prev_hash
-        ),
+        execution_id=str(execution_id) if execution_id is not None else None,
+        body=dict(body),
     )
-    event.save(force_insert=True)
+    batch = getattr(_batches, "events", None)
+    if batch is not None:
+        batch.append(event)
+    else:
+        _write([event])
     return event
 
 
@@ -114,3 +179,44 @@ def verify_chain(batch: int = 2000) -> Iterator[tuple[int, Break | None]]:
             yield seq, None
             prev_hash = stored_hash
             expected_seq += 1
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    """What `verify_audit` and the console's "verify chain" report: the head to keep, or the first break."""
+
+    events: int
+    head: int | None  # seq of the last good event
+    records: int  # preflight records that still hash to their digest
+    broken: str | None  # the first broken link or record, in words; None when everything verified
+
+    @property
+    def ok(self) -> bool:
+        return self.broken is None
+
+
+def verify_all() -> ChainReport:
+    """Walk the audit chain, then check every stored preflight record against its own digest."""
+    from console.models import PreflightRecord
+    from console.records import record_body_digest
+
+    events = 0
+    head = None
+    for seq, broken in verify_chain():
+        if broken is not None:
+            return ChainReport(events, head, 0, f"audit chain broken at seq {broken.seq}: {broken.reason}")
+        events, head = events + 1, seq
+    rows = PreflightRecord.objects.order_by("pk").values_list(
+        "execution_id", "seq", "record", "record_digest"
+    )
+    records = 0
+    for execution_id, seq, record, stored in rows.iterator(500):
+        if record_body_digest(record) != stored or record.get("record_digest") != stored:
+            return ChainReport(
+                events,
+                head,
+                records,
+                f"record {execution_id}#{seq} does not match its digest (the row was edited)",
+            )
+        records += 1
+    return ChainReport(events, head, records, None)

@@ -23,6 +23,7 @@ spawning a server process has a fixed cost that says nothing about how long the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -488,6 +489,12 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    # Built once per process: building one loads the system CA bundle (tens of ms of CPU, under the GIL).
+    return urllib.request.build_opener(_NoRedirect)
+
+
 def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float) -> tuple[Any, datetime]:
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise MeasureFailed("http measure needs 'url': an http(s) URL")
@@ -498,7 +505,7 @@ def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float
         method="POST",
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
-    opener = urllib.request.build_opener(_NoRedirect)
+    opener = _opener()
 
     def fetch() -> tuple[int, bytes]:
         try:

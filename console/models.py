@@ -3,6 +3,8 @@ and every write goes through console/services.py, which also appends to the audi
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from typing import Any
 
@@ -131,6 +133,10 @@ class AgentToken(models.Model):
 # ---- executions ------------------------------------------------------------------------------------
 
 
+# Verdicts that wait on a person, a lookup or a provider: the review queue.
+HELD_VERDICTS = ("hold", "ask", "measure")
+
+
 class Execution(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     principal = models.CharField(max_length=200, db_index=True)
@@ -141,11 +147,52 @@ class Execution(models.Model):
     verdict = models.CharField(max_length=10, db_index=True)  # of the latest record
     timing_at = models.DateTimeField(null=True, blank=True, db_index=True)
     records = models.PositiveIntegerField(default=0)  # how many PreflightRecords; the next seq is +1
+    # Executions submitted from the same conversation (same principal, same turns) share this key, so the
+    # review queue can show parallel calls of one conversation together. Set once, on insert.
+    conversation_key = models.CharField(max_length=80, blank=True, default="")
+    # Set by a reviewer's rejection (see Rejection); after it the execution takes no new verdict.
+    rejected_at = models.DateTimeField(null=True, blank=True)
+    # Of the latest record, like `verdict` (PreflightRecord.save copies them here): what the review queue
+    # filters and counts by, without a join or a JSON document per row.
+    routes = models.CharField(max_length=200, default="", blank=True)
+    gap_classes = models.CharField(max_length=200, default="", blank=True)
+    unknown_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        indexes = [
+            # The review queue reads only this index: held executions, oldest first, with what it filters on.
+            # (Key columns rather than INCLUDE, which SQLite, the embedded database, does not have.)
+            models.Index(
+                fields=["created_at", "id", "routes", "gap_classes", "contract", "conversation_key"],
+                condition=Q(verdict__in=HELD_VERDICTS),
+                name="execution_held_queue",
+            ),
+            models.Index(fields=["conversation_key", "created_at"], name="execution_conversation"),
+        ]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding and not self.conversation_key:
+            self.conversation_key = conversation_key(self.principal, self.request)
+        elif self.rejected_at is not None and "verdict" in (kwargs.get("update_fields") or ("verdict",)):
+            # A reviewer's no is final. Every new verdict is saved here first, so refusing it here keeps an
+            # answer or a lookup arriving later from turning a rejected execution back into `execute`.
+            from console.errors import Conflict
+
+            when = f"{self.rejected_at:%Y-%m-%d %H:%M}"
+            raise Conflict("rejected", f"a reviewer rejected this execution at {when}; submit a new one")
+        super().save(*args, **kwargs)
+
     def __str__(self) -> str:
         return f"{self.id} ({self.verdict})"
+
+
+def conversation_key(principal: str, request: Any) -> str:
+    """Digest of who asked and the turns they asked in: equal for calls made from one conversation state."""
+    turns = request.get("conversation") if isinstance(request, dict) else None
+    raw = json.dumps([principal, turns or []], sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(raw.encode()).hexdigest()
 
 
 class PreflightRecord(AppendOnly):
@@ -160,11 +207,53 @@ class PreflightRecord(AppendOnly):
     payload_digest = models.CharField(max_length=80, null=True, blank=True)
     checklist_version = models.CharField(max_length=500)
     trigger = models.CharField(max_length=20)  # what caused this preflight: create, answer, lookups, ...
+    # Read from `record` on insert so the review queue can filter and count without opening the JSON:
+    # " ask_user measure " (routes of unresolved slots), " user_gap " (gap classes), how many are unknown.
+    routes = models.CharField(max_length=200, default="", blank=True)
+    gap_classes = models.CharField(max_length=200, default="", blank=True)
+    unknown_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["execution", "seq"], name="record_seq_unique")]
         ordering = ["execution", "seq"]
+        indexes = [
+            # Audit history: newest first, optionally one verdict.
+            models.Index(fields=["created_at"], name="record_created"),
+            models.Index(fields=["verdict", "created_at"], name="record_verdict_created"),
+        ]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        adding = self._state.adding
+        if adding:
+            self.routes, self.gap_classes, self.unknown_count = record_summary(self.record)
+        super().save(*args, **kwargs)
+        if adding:
+            # The execution carries its latest record's summary as it carries its verdict. One more UPDATE of
+            # a row this transaction already holds; `records=seq` so an older record never overwrites it.
+            summary = {
+                "routes": self.routes,
+                "gap_classes": self.gap_classes,
+                "unknown_count": self.unknown_count,
+            }
+            Execution.objects.filter(pk=self.execution_id, records=self.seq).update(**summary)
+            if "execution" in self._state.fields_cache:
+                for name, value in summary.items():
+                    setattr(self.execution, name, value)
+
+
+def record_summary(record: Any) -> tuple[str, str, int]:
+    """(routes, gap classes, unknown count) of a record, space-delimited with a space at both ends so that
+    `routes__contains=" measure "` matches one whole word."""
+    if not isinstance(record, dict):
+        return "", "", 0
+    slots = record.get("slots") or []
+    routes = sorted({s["route"] for s in slots if s.get("status") == "unknown" and s.get("route")})
+    gaps = sorted({g["class"] for g in record.get("gaps") or []})
+    unknown = record.get("unknown_count")
+    if not isinstance(unknown, int):
+        unknown = sum(1 for s in slots if s.get("status") == "unknown")
+    return (f" {' '.join(routes)} " if routes else ""), (f" {' '.join(gaps)} " if gaps else ""), unknown
 
 
 class Answer(AppendOnly):
@@ -229,6 +318,16 @@ class Approval(AppendOnly):
     created_at = models.DateTimeField(auto_now_add=True)
 
 
+class Rejection(AppendOnly):
+    """A reviewer's no, with the reason. It is recorded as a `block` verdict (`record`), and it is final."""
+
+    execution = models.OneToOneField(Execution, on_delete=models.PROTECT, related_name="rejection")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    reason = models.TextField()
+    record = models.ForeignKey(PreflightRecord, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
 class Grant(models.Model):
     execution = models.ForeignKey(Execution, on_delete=models.PROTECT, related_name="grants")
     record = models.ForeignKey(PreflightRecord, on_delete=models.PROTECT, related_name="grants")
@@ -263,7 +362,11 @@ class GapRow(AppendOnly):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["cls", "server", "tool"])]
+        indexes = [
+            models.Index(fields=["cls", "server", "tool"]),
+            # Dashboards read a time window first (last 30 days), then group by class, server and tool.
+            models.Index(fields=["created_at", "cls"], name="gaprow_created_cls"),
+        ]
 
 
 class AuditEvent(AppendOnly):
@@ -279,3 +382,41 @@ class AuditEvent(AppendOnly):
 
     class Meta:
         ordering = ["seq"]
+
+
+# ---- provider gap reports ----------------------------------------------------------------------------
+
+
+class GapReport(models.Model):
+    """An operator's report of one gap to the tool's provider, with the evidence it was filed from.
+
+    The evidence is frozen when the report is filed (what the operator saw and sent); the gap rows it counts
+    stay where they are. Status changes go through services, which append them to `history` and the audit
+    chain."""
+
+    STATUSES = ("open", "sent", "resolved")
+
+    cls = models.CharField(max_length=30)
+    server = models.CharField(max_length=200)
+    tool = models.CharField(max_length=200)
+    contract_digest = models.CharField(max_length=80, blank=True, default="")
+    slot = models.CharField(max_length=500)
+    detail = models.TextField()
+    title = models.CharField(max_length=300)
+    notes = models.TextField(blank=True, default="")
+    # {"records": n, "executions": n, "execution_ids": [...], "record_refs": [...], "first_seen", "last_seen"}
+    evidence = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=[(s, s) for s in STATUSES], default="open")
+    history = models.JSONField(default=list)  # [{"status", "at", "by", "note"}], oldest first
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="gapreport_status_created"),
+            models.Index(fields=["server", "tool", "slot"], name="gapreport_tool_slot"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.server}/{self.tool} {self.slot} ({self.status})"

@@ -231,19 +231,40 @@ def approval_value(record: Mapping[str, Any], slot_key: str) -> tuple[bool, Any]
     return True, slot["value"]
 
 
+# On an Execution instance: (record, grant) that services just wrote for it, so the answer to the call that
+# wrote them need not read them back. Set only when nothing after commit can preflight the execution again.
+_ANSWER_ROWS = "_preflight_answer_rows"
+
+
+def keep_answer_rows(
+    execution: models.Execution, rows: tuple[models.PreflightRecord, models.Grant | None] | None
+) -> None:
+    setattr(execution, _ANSWER_ROWS, rows)
+
+
+def has_answer_rows(execution: models.Execution) -> bool:
+    """True if `record_answer(execution)` can answer from what this instance's last write left on it."""
+    rows = getattr(execution, _ANSWER_ROWS, None)
+    return rows is not None and rows[0].seq == execution.records
+
+
 def record_answer(execution: models.Execution) -> dict[str, Any]:
     """The Agent API answer for an execution: its latest record plus id, grant and console URL."""
     from console.signing import token_for
     from preflight import GrantClaims
 
-    row = latest_record(execution)
+    grant: models.Grant | None
+    if has_answer_rows(execution):
+        row, grant = getattr(execution, _ANSWER_ROWS)
+    else:
+        row = latest_record(execution)
+        # A call runs only on the grant of the latest record, and nothing is preflighted after it, so only
+        # an `execute` record whose grant is used can have an outcome.
+        grant = models.Grant.objects.filter(record=row).first() if row.verdict == "execute" else None
     out = dict(row.record)
     out["id"] = str(execution.id)
     out["seq"] = row.seq
     out["grant"] = out["grant_expires_at"] = out["outcome"] = None
-    # A call runs only on the grant of the latest record, and nothing is preflighted after it, so only an
-    # `execute` record whose grant is used can have an outcome.
-    grant = models.Grant.objects.filter(record=row).first() if row.verdict == "execute" else None
     if grant is not None and grant.used_at is None:
         out["grant"] = token_for(GrantClaims(**grant.claims))
         out["grant_expires_at"] = grant.expires_at.isoformat()

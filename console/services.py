@@ -25,7 +25,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from console import connectors, models, records
-from console.audit import audit_append
+from console.audit import audit_append, audit_batch
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from console.signing import signer, verification_keys
 from preflight import (
@@ -426,6 +426,8 @@ def _preflight_and_record(
     return _store_record(execution, record, row, trigger=trigger, audit=audit)
 
 
+# The preflight, its gap report and its grant go into the audit chain in one write, at the end.
+@audit_batch()
 def _store_record(
     execution: models.Execution,
     record: Record,
@@ -492,14 +494,19 @@ def _store_record(
             execution_id=execution.pk,
             body={"seq": seq, "gaps": [{"class": g.cls, "slot": g.slot} for g in record.gaps]},
         )
+    grant = None
     if record.verdict == "execute":
-        _issue_grant(execution, stored)
+        grant = _issue_grant(execution, stored)
     elif record.verdict == "measure":
         _dispatch_lookups(execution, record)
     elif record.verdict == "deferred" and execution.timing_at is not None:
         from console import tasks
 
         transaction.on_commit(partial(tasks.schedule_trigger, str(execution.pk), execution.timing_at))
+    # What was just written answers the call that wrote it, without reading it back, unless work after commit
+    # (lookups, a deferred trigger; in-process in embedded mode) may preflight the execution again first.
+    settled = record.verdict not in ("measure", "deferred")
+    records.keep_answer_rows(execution, (stored, grant) if settled else None)
     return stored
 
 
@@ -574,6 +581,7 @@ def _check_answer_key(execution: models.Execution, key: str) -> None:
 
 
 @transaction.atomic
+@audit_batch()
 def execution_answer(
     *,
     execution_id: Any,
@@ -671,6 +679,7 @@ def observation_fill(*, observation_id: int, value: Any, error: str | None, obse
 
 
 @transaction.atomic
+@audit_batch()
 def lookups_undispatched(*, execution_id: Any, keys: Sequence[str], reason: str) -> models.PreflightRecord:
     """The broker refused the group: the pending lookups become errors, so the slots hold, with the reason."""
     execution = _lock_execution(execution_id)
@@ -686,6 +695,7 @@ def lookups_undispatched(*, execution_id: Any, keys: Sequence[str], reason: str)
 
 
 @transaction.atomic
+@audit_batch()
 def approval_create(
     *, execution_id: Any, slot_key: str, value_digest_seen: str, approver: AbstractBaseUser
 ) -> models.Approval:

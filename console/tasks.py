@@ -1,8 +1,17 @@
-"""Celery tasks: lookups (one frontier = one group, its chord preflights again) and deferred triggers.
+"""Celery tasks: lookups (one frontier, one group; the last to finish preflights again) and triggers.
 
-Tasks take ids, fetch, call a service. Every task is safe to run twice: a lookup fills its pending
-Observation row once (a redelivered copy finds it filled), and a trigger only acts on an execution that is
-still deferred and due.
+Tasks take ids, fetch, call a service, and return nothing: no result backend is involved, so publishing
+a group costs the API one broker round trip and nothing else (a Redis result backend would subscribe the web
+process to every task's result channel, and, with Redis down, stall the request ~20 s in its reconnect loop).
+
+Every task is safe to run twice. A lookup fills its pending Observation row once (a redelivered copy finds it
+filled). Whichever lookup of a group finishes last, seen under the execution's row lock, preflights again;
+a copy that comes after that changes nothing. A trigger acts only on an execution that is still deferred
+and due, decided under the same lock (two copies of it may fire together).
+
+Redis redelivers a task that is not acked within the broker's visibility timeout, and a worker holds an ETA
+task unacked until its time. A trigger further ahead than that would be delivered again and again while it
+waits, so a far trigger is scheduled in hops: each hop that fires early schedules the next one.
 """
 
 from __future__ import annotations
@@ -12,36 +21,48 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery import chord, shared_task
+from celery import current_app, group, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
-from console import connectors, models, services
+from console import connectors, models, records, services
 
 logger = logging.getLogger(__name__)
 
 # Beyond any measure's own timeout (at most 60 s): the connector times out first and records an error.
 _LOOKUP_SOFT_LIMIT_S = 75
 _LOOKUP_HARD_LIMIT_S = 90
+# The engine's detail on a finding for a lookup that was dispatched and has not answered yet.
+LOOKUP_RUNNING = "lookup running"
 
 
 def dispatch_lookups(execution_id: str, keys: Sequence[str]) -> None:
     """Run after commit. If the broker is down, the lookups become errors: the record says hold, with why."""
     header = [measure_run.si(execution_id, key) for key in keys]
     try:
-        chord(header)(lookups_done.si(execution_id))
-    except (KombuError, RedisError, OSError) as exc:  # the broker, not the lookups: nothing was dispatched
+        group(header).apply_async()
+    except (KombuError, RedisError, OSError) as exc:  # the broker, not the lookups
+        # Any part of the group that did go out finds its row no longer pending, and changes nothing.
         logger.warning("lookups for %s not dispatched: %s", execution_id, exc)
         services.lookups_undispatched(
             execution_id=execution_id, keys=keys, reason=f"broker unavailable ({exc})"
         )
 
 
+def _eta_horizon() -> timedelta:
+    """How far ahead one ETA task may be: well inside the broker's visibility timeout."""
+    options = current_app.conf.broker_transport_options or {}
+    return timedelta(seconds=float(options.get("visibility_timeout") or 3600) / 2)
+
+
 def schedule_trigger(execution_id: str, at: datetime) -> None:
-    """Run after commit: preflight again at trigger time."""
+    """Run after commit: preflight again at trigger time (or hop closer to it, see the module docstring)."""
+    if not current_app.conf.task_always_eager:  # in-process tasks have no broker to redeliver them
+        at = min(at, timezone.now() + _eta_horizon())
     try:
         execution_trigger.apply_async(args=[execution_id], eta=at)
     except (KombuError, RedisError, OSError) as exc:
@@ -49,15 +70,22 @@ def schedule_trigger(execution_id: str, at: datetime) -> None:
         logger.error("deferred trigger for %s not scheduled: %s", execution_id, exc)
 
 
-@shared_task(acks_late=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S)
+@shared_task(
+    acks_late=True, ignore_result=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S
+)
 def measure_run(execution_id: str, key: str) -> None:
+    _observe(execution_id, key)
+    _preflight_if_settled(execution_id)
+
+
+def _observe(execution_id: str, key: str) -> None:
     obs = (
         models.Observation.objects.filter(execution_id=execution_id, key=key, observed_at__isnull=True)
         .order_by("pk")
         .first()
     )
     if obs is None:
-        return  # done already: this is a redelivered copy
+        return  # done already: this is a redelivered copy (which may still owe the preflight below)
     measure = models.Measure.objects.filter(name=obs.lookup).first()
     value: Any = None
     error: str | None = None
@@ -81,20 +109,67 @@ def measure_run(execution_id: str, key: str) -> None:
     services.observation_fill(observation_id=obs.pk, value=value, error=error, observed_at=observed_at)
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, ignore_result=True)
 def lookups_done(execution_id: str) -> None:
-    services.execution_repreflight(execution_id=execution_id, trigger="lookups")
+    """A group's callback, from when groups were chords: kept for messages queued before that changed."""
+    _preflight_if_settled(execution_id)
 
 
-@shared_task(acks_late=True)
-def execution_trigger(execution_id: str) -> None:
-    execution = models.Execution.objects.filter(pk=execution_id).only("verdict", "timing_at").first()
-    if execution is None or execution.verdict != "deferred" or execution.timing_at is None:
-        return  # already re-preflighted (a duplicate delivery), or no longer deferred
-    if timezone.now() < execution.timing_at:
-        # Early: eager mode runs ETA tasks at once, and a broker may deliver before the ETA.
+def _preflight_if_settled(execution_id: str) -> None:
+    """Preflight again once no lookup of the execution is pending: the group is done. Not again if that has
+    happened with these results already (a redelivered copy): a second preflight of an `execute` would mint
+    a new grant and void the one the agent holds."""
+    pending = models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True)
+    # Without the lock first: all but the last of a group stop here, instead of queueing on the row lock.
+    # Each task looks after committing its own row, so the last to commit sees none pending.
+    if pending.exists():
         return
-    services.execution_repreflight(execution_id=execution_id, trigger="deferred")
+    with transaction.atomic():
+        execution = _lock(execution_id)
+        if execution is None or pending.exists():
+            return  # gone, or a newer group was dispatched meanwhile: its last lookup preflights
+        if execution.verdict != "measure" and not _saw_a_running_lookup(records.latest_record(execution)):
+            return
+        services.execution_repreflight(execution_id=execution_id, trigger="lookups")
+
+
+def _saw_a_running_lookup(stored: models.PreflightRecord) -> bool:
+    return any(
+        f.get("source") == "observed" and f.get("detail") == LOOKUP_RUNNING
+        for slot in stored.record.get("slots", ())
+        for f in slot.get("findings", ())
+    )
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def execution_trigger(execution_id: str) -> None:
+    not_before = _trigger_if_due(execution_id)
+    if not_before is not None and not current_app.conf.task_always_eager:
+        # Early: a hop of a far trigger, or a broker that delivered before the ETA. (Eager mode runs ETA
+        # tasks at once; there, `manage.py trigger_due` is what fires them.)
+        schedule_trigger(execution_id, not_before)
+
+
+def _lock(execution_id: Any) -> models.Execution | None:
+    return (
+        models.Execution.objects.select_for_update(of=("self",), no_key=True)
+        .only("verdict", "timing_at", "records")
+        .filter(pk=execution_id)
+        .first()
+    )
+
+
+def _trigger_if_due(execution_id: Any, now: datetime | None = None) -> datetime | None:
+    """Preflight a deferred execution again if its time has come, deciding under its row lock: two copies
+    of a trigger (or the ETA task and the cron fallback) may fire at once. Returns its time if not due yet."""
+    with transaction.atomic():
+        execution = _lock(execution_id)
+        if execution is None or execution.verdict != "deferred" or execution.timing_at is None:
+            return None  # already preflighted again (a duplicate delivery), or no longer deferred
+        if (now or timezone.now()) < execution.timing_at:
+            return execution.timing_at
+        services.execution_repreflight(execution_id=execution_id, trigger="deferred")
+        return None
 
 
 def trigger_due(now: datetime | None = None) -> int:
@@ -111,7 +186,7 @@ def trigger_due(now: datetime | None = None) -> int:
         ).values_list("execution_id", flat=True)
     )
     for pk in due:
-        services.execution_repreflight(execution_id=pk, trigger="deferred")
+        _trigger_if_due(pk, now)  # the ETA task may fire at the same moment: only one of them acts
     for pk in stuck - due:
         services.execution_repreflight(execution_id=pk, trigger="lookups")
     return len(due | stuck)

@@ -210,7 +210,7 @@ def _items_schema(schema: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 
 
 def _is_index(n: object) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool)
+    return type(n) is int  # not bool, not an int subclass pretending to be an index
 
 
 def _is_verifiable_scalar(value: object) -> bool:

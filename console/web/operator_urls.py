@@ -1,1 +1,26 @@
-urlpatterns: list[object] = []
+"""Operator area: dashboards (operators and auditors), provider gap reports, catalog and rules."""
+
+from django.urls import path
+
+from console.web import dashboards, operator
+
+app_name = "operator"
+
+urlpatterns = [
+    path("dashboards/", dashboards.index, name="dashboards"),
+    path("gap-reports/", operator.gap_reports, name="gap-reports"),
+    path("gap-reports/new/", operator.gap_report_new, name="gap-report-new"),
+    path("gap-reports/<int:pk>/", operator.gap_report_detail, name="gap-report"),
+    path("gap-reports/<int:pk>/status/", operator.gap_report_status, name="gap-report-status"),
+    path("gap-reports/<int:pk>/export.<str:fmt>", operator.gap_report_export, name="gap-report-export"),
+    path("catalog/", operator.catalog, name="catalog"),
+    path("catalog/import/", operator.catalog_import, name="catalog-import"),
+    path("catalog/import/mcp/", operator.catalog_import_mcp, name="catalog-import-mcp"),
+    path("catalog/servers/<int:pk>/", operator.server_detail, name="server"),
+    path("catalog/servers/<int:pk>/trust/", operator.server_trust, name="server-trust"),
+    path("catalog/contracts/<int:pk>/", operator.contract_detail, name="contract"),
+    path("catalog/contracts/<int:pk>/diff/<int:other>/", operator.contract_diff, name="contract-diff"),
+    path("rules/", operator.rules, name="rules"),
+    path("rules/new/", operator.rules_edit, name="rules-new"),
+    path("rules/<str:name>/edit/", operator.rules_edit, name="rules-edit"),
+]

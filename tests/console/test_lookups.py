@@ -73,13 +73,13 @@ def test_lookups_run_one_group_per_dependency_level(
     fx: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     groups: list[list[str]] = []
-    real_chord = tasks.chord
+    real_group = tasks.group
 
     def spy(header: list[Any]) -> Any:
         groups.append(sorted(sig.args[1].split("#")[0] for sig in header))
-        return real_chord(header)
+        return real_group(header)
 
-    monkeypatch.setattr(tasks, "chord", spy)
+    monkeypatch.setattr(tasks, "group", spy)
 
     record = agent.post("/api/v1/executions", convert_request()).json()
 
@@ -165,7 +165,7 @@ def test_when_the_broker_is_down_the_record_holds_with_the_reason_and_nothing_is
     def down(header: Any) -> Any:
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(tasks, "chord", down)
+    monkeypatch.setattr(tasks, "group", down)
 
     response = agent.post("/api/v1/executions", transfer_request())
 

@@ -1,0 +1,316 @@
+"""Lookups over dependency levels: 20 measures of 100 ms each, 10 per level, depth 2.
+
+    .venv/bin/python bench/lookups.py                   # both paths, 5 measured runs each
+    .venv/bin/python bench/lookups.py --runs 10 --pool prefork --concurrency 10
+    .venv/bin/python bench/lookups.py --engine-only     # no PostgreSQL / Redis needed
+
+The tool: 10 accounts, each an argument settled only by observation (level 1: `owner_i`), and 10 balances,
+one per account, each looked up with the account that level 1 observed (level 2: `balance_i`), read by 10
+conditions. Every lookup takes 100 ms. Run one after the other that is 20 x 100 ms = 2 s; run frontier by
+frontier it is depth x slowest = 0.2 s plus the overhead of each round. Target: <= 1.2 x depth x slowest
+= 0.24 s, from submission to the final verdict.
+
+Two paths, both printed:
+
+- engine: `preflight.runner.settle`, the in-process runner (a thread per lookup of the frontier).
+- celery: the real server path. A scratch PostgreSQL database (made, migrated, dropped at the end), the
+  agent API in this process (POST /api/v1/executions), Redis, and a `celery -A console worker` subprocess
+  (threads pool, concurrency 10: the machine has 2 cores and lookups mostly wait) running HTTP measures
+  against a loopback server in this process that answers each after 100 ms. The wall time runs from just
+  before the POST to the commit of the final record (its created_at, written by the worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
+
+N = 10  # lookups per level
+DEPTH = 2
+LOOKUP_S = 0.100
+SEQUENTIAL_S = 2 * N * LOOKUP_S
+TARGET_S = 1.2 * DEPTH * LOOKUP_S
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+CUSTOMER = "C-1001"
+
+
+def tool() -> dict[str, Any]:
+    accounts = [f"acct_{i}" for i in range(N)]
+    return {
+        "name": "sweep",
+        "description": "Sweep the customer's accounts into one.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "customer": {"type": "string"},
+                "amount": {"type": "number"},
+                **{a: {"type": "string"} for a in accounts},
+            },
+            "required": ["customer", "amount", *accounts],
+        },
+        "x-preflight": {
+            "state_change": "money moves from every account of the customer",
+            "slots": {a: {"sources": ["observed"], "measure": f"owner_{i}"} for i, a in enumerate(accounts)},
+            "measures": {
+                **{
+                    f"owner_{i}": {"lookup": "bench.account", "args": {"customer": "arg:customer", "n": i}}
+                    for i in range(N)
+                },
+                **{
+                    f"balance_{i}": {"lookup": "bench.balance", "args": {"account": f"arg:acct_{i}"}}
+                    for i in range(N)
+                },
+            },
+            "conditions": [
+                {"id": f"covered_{i}", "check": f"measure.balance_{i} >= arg.amount", "on_false": "hold"}
+                for i in range(N)
+            ],
+        },
+    }
+
+
+def request_body() -> dict[str, Any]:
+    text = f"Sweep 10 EUR from every account of customer {CUSTOMER} now."
+
+    def span(part: str) -> dict[str, int]:
+        start = text.index(part)
+        return {"turn": 0, "start": start, "end": start + len(part)}
+
+    return {
+        "server": "bench",
+        "tool": "sweep",
+        "principal": "user:alice",
+        "conversation": [{"role": "user", "content": text, "trusted": True}],
+        "candidates": {
+            "customer": {"value": CUSTOMER, "pointer": span(CUSTOMER)},
+            "amount": {"value": 10, "pointer": span("10")},
+        },
+        "action_name": span("Sweep"),
+        "timing": {"mode": "immediate", "pointer": span("now")},
+    }
+
+
+def account_of(args: dict[str, Any]) -> str:
+    return f"DE{args['n']:020d}"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.1f} ms"
+
+
+def verdict_line(name: str, walls: list[float]) -> str:
+    p50 = statistics.median(walls)
+    ok = "meets" if p50 <= TARGET_S else "MISSES"
+    return (
+        f"  {name:<34} p50 {ms(p50)}  min {ms(min(walls))}  max {ms(max(walls))}"
+        f"  ({SEQUENTIAL_S / p50:4.1f}x faster than sequential; {ok} the target)"
+    )
+
+
+# ---- engine: the in-process runner --------------------------------------------------------------------
+
+
+def engine_runs(runs: int) -> list[float]:
+    from preflight import Evidence, compile_plan, contract_from_mcp
+    from preflight.request import parse_request
+    from preflight.runner import settle
+
+    plan = compile_plan(contract_from_mcp("bench", tool(), annotations_trusted=False))
+    request = parse_request(request_body())
+
+    def lookup(fn: Any) -> Any:
+        def run(args: Any) -> Any:
+            time.sleep(LOOKUP_S)
+            return fn(dict(args))
+
+        return run
+
+    registry = {"bench.account": lookup(account_of), "bench.balance": lookup(lambda args: 1000)}
+    walls = []
+    for i in range(runs + 1):
+        started = time.perf_counter()
+        record, _ = settle(plan, request, Evidence(now=datetime.now(UTC)), registry)
+        wall = time.perf_counter() - started
+        assert record.verdict == "execute", record.reasons
+        if i:  # the first run warms up imports and thread start-up
+            walls.append(wall)
+    return walls
+
+
+# ---- celery: API + PostgreSQL + Redis + a worker process ---------------------------------------------
+
+
+def admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+def services_up(redis_url: str) -> str | None:
+    """Why the Celery path cannot run here, or None."""
+    try:
+        import psycopg
+
+        psycopg.connect(PG_ADMIN_URL, connect_timeout=3).close()
+    except Exception as exc:
+        return f"PostgreSQL at {PG_ADMIN_URL} does not answer ({exc})"
+    try:
+        from redis import Redis
+
+        Redis.from_url(redis_url, socket_connect_timeout=2).ping()
+    except Exception as exc:
+        return f"Redis at {redis_url} does not answer ({exc})"
+    return None
+
+
+def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple[list[float], list[str]]:
+    db = f"preflight_bench_lookups_{os.getpid()}"
+    queue = f"bench-lookups-{uuid.uuid4().hex[:8]}"
+    tmp = Path(tempfile.mkdtemp(prefix="bench-lookups-"))
+    key = tmp / "grant_signing_key.pem"
+    env = {
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
+        "REDIS_URL": redis_url,
+        "PREFLIGHT_CELERY_QUEUE": queue,
+        "PREFLIGHT_SECRET_KEY": "bench-only-not-a-secret",
+        "PREFLIGHT_SIGNING_KEY_PATH": str(key),
+        "PREFLIGHT_ALLOWED_HOSTS": "testserver,127.0.0.1,localhost",
+        "PREFLIGHT_EAGER_TASKS": "false",
+        "PREFLIGHT_LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+    }
+    admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    admin(f'CREATE DATABASE "{db}"')
+    os.environ.update(env)
+    worker = None
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from integration_support import MeasureServer, Worker
+        from rest_framework.test import APIClient
+
+        from console import models, services
+        from preflight import GrantSigner
+
+        key.write_bytes(GrantSigner.generate().to_pem())
+        call_command("migrate", verbosity=0, interactive=False)
+        server = MeasureServer()
+        server.start()
+        server.answer("bench.account", account_of, delay_s=LOOKUP_S)
+        server.answer("bench.balance", lambda args: 1000, delay_s=LOOKUP_S)
+        services.catalog_import(server="bench", tools=[tool()], annotations_trusted=False, actor="bench")
+        for name in ("bench.account", "bench.balance"):
+            services.measure_create(name=name, kind="http", url=server.url, timeout_s=5, actor="bench")
+        _, token = services.agent_token_create(name="bench")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+        worker = Worker(
+            env={**os.environ, **env, "PREFLIGHT_LOG_LEVEL": "INFO"},
+            queue=queue,
+            log_dir=tmp,
+            concurrency=concurrency,
+            pool=pool,
+        )
+        worker.start()
+
+        body = request_body()
+        walls: list[float] = []
+        timelines: list[tuple[float, str]] = []
+        for i in range(runs + 1):
+            server.reset()
+            server.answer("bench.account", account_of, delay_s=LOOKUP_S)
+            server.answer("bench.balance", lambda args: 1000, delay_s=LOOKUP_S)
+            started_at, started = datetime.now(UTC), time.monotonic()
+            response = client.post("/api/v1/executions", body, format="json")
+            posted = time.monotonic()
+            assert response.status_code == 201, response.content
+            execution_id = response.json()["id"]
+            deadline = time.monotonic() + 15
+            while models.Execution.objects.get(pk=execution_id).verdict == "measure":
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"no final verdict within 15 s; worker log: {worker.log}")
+                time.sleep(0.01)
+            rows = list(models.PreflightRecord.objects.filter(execution_id=execution_id).order_by("seq"))
+            assert [r.verdict for r in rows] == ["measure", "measure", "execute"], [r.verdict for r in rows]
+            wall = (rows[-1].created_at - started_at).total_seconds()
+            level1 = server.calls_of("bench.account")
+            level2 = server.calls_of("bench.balance")
+            assert len(level1) == len(level2) == N
+            first1, spread1, last1 = _window(level1, started)
+            first2, spread2, last2 = _window(level2, started)
+            timeline = (
+                f"POST answered {ms(posted - started)}\n"
+                f"      level 1: starts {ms(first1)} .. {ms(spread1)}, last answer {ms(last1)}\n"
+                f"      level 2: starts {ms(first2)} .. {ms(spread2)}, last answer {ms(last2)}"
+                f"  (gap after level 1: {ms(first2 - last1)})\n"
+                f"      final record {ms(wall)}  ({ms(wall - last2)} after the last answer)"
+            )
+            if i:
+                walls.append(wall)
+                timelines.append((wall, timeline))
+        timelines.sort()
+        return walls, [timelines[len(timelines) // 2][1]]
+    finally:
+        if worker is not None:
+            worker.stop()
+        from django.db import connections
+
+        connections.close_all()
+        admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        from integration_support import forget_queue
+
+        forget_queue(redis_url, queue)
+
+
+def _window(calls: list[Any], started: float) -> tuple[float, float, float]:
+    """(first start, last start, last end) of some lookups, in seconds after `started`."""
+    starts = [c.started - started for c in calls]
+    return min(starts), max(starts), max(c.ended or 0 for c in calls) - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
+    parser.add_argument("--concurrency", type=int, default=N)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/14", help="the bench's own Redis DB")
+    parser.add_argument("--engine-only", action="store_true")
+    args = parser.parse_args()
+
+    print(
+        f"lookups: {2 * N} measures x {LOOKUP_S * 1000:.0f} ms over {DEPTH} dependency levels ({N} per level)"
+    )
+    print(f"  sequential sum                     {ms(SEQUENTIAL_S)}")
+    print(f"  target 1.2 x depth x slowest       {ms(TARGET_S)}")
+    print(verdict_line("engine (in-process runner)", engine_runs(args.runs)))
+    if args.engine_only:
+        return
+    why = services_up(args.redis)
+    if why is not None:
+        print(f"  celery: skipped: {why}")
+        return
+    walls, timelines = celery_runs(args.runs, args.pool, args.concurrency, args.redis)
+    print(verdict_line(f"celery ({args.pool}, concurrency {args.concurrency})", walls))
+    for line in timelines:
+        print(f"    median run: {line}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""What a reviewer does in the console: answer (edit) a value, approve the whole call, reject it.
+
+Same rules as console/services.py: keyword-only, one transaction each, every action on the audit chain.
+The reviewer's identity is always the signed-in user passed in by the view, never a form field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from console import models, records, services
+from console.audit import audit_append
+from console.errors import BadInput, Conflict
+from preflight.approvals import value_digest
+from preflight.record import Finding, Gap, Record, SlotState, Unmet
+
+REJECTED_SLOT = "review:rejected"
+
+
+def identity(user: AbstractBaseUser) -> str:
+    """How a console user appears in records and the audit chain (the API's principals use the same form)."""
+    return f"user:{user.get_username()}"
+
+
+def execution_reviewer_answer(
+    *, execution_id: Any, slot_key: str, value: Any, reviewer: AbstractBaseUser
+) -> models.PreflightRecord:
+    """A reviewer's value for one slot, recorded as their answer (channel "reviewer", their identity) and
+    preflighted again in place. The slot's approval, any approval of the whole call and any grant no longer
+    match the new values, so the new record voids them."""
+    who = identity(reviewer)
+    return services.execution_answer(
+        execution_id=execution_id, answers={slot_key: value}, answered_by=who, channel="reviewer", actor=who
+    )
+
+
+def pending_call_approvals(record: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    """(approval slots an "approve execution" would settle, why it cannot yet).
+
+    Ready means the count says everything else is done: every value and condition settled, every confirmed
+    value approved, nothing unmet, the payload complete and valid. What is left is the approval of the
+    whole call, bound to the payload digest."""
+    verdict = record.get("verdict")
+    if verdict == "execute":
+        return [], "every obligation is settled and approved: the call is granted"
+    if verdict != "hold":
+        return [], f"the verdict is {verdict}: settle the open slots first"
+    if record.get("unmet"):
+        return [], "a condition is unmet"
+    if record.get("payload_valid") is not True:
+        return [], "the payload is not complete and valid yet"
+    pending = []
+    for slot in record.get("slots") or []:
+        key = slot["key"]
+        if key.startswith("approval:"):
+            if slot["status"] == "unknown":
+                if slot.get("approval") not in ("required", "void"):
+                    return [], f"{key}: {slot.get('detail') or 'cannot be approved yet'}"
+                pending.append(key)
+            continue
+        if slot["status"] == "unknown":
+            return [], f"{key} is unresolved ({slot.get('route')})"
+        if slot.get("approval") in ("required", "void"):
+            return [], f"{key} awaits approval of its value"
+    if not pending:
+        return [], "nothing awaits an approval of the whole call"
+    return pending, None
+
+
+def live_grant(stored: models.PreflightRecord) -> models.Grant | None:
+    """The unused, unexpired grant of a record, if any: what the agent can still run the call with."""
+    return (
+        models.Grant.objects.filter(record=stored, used_at__isnull=True, expires_at__gt=timezone.now())
+        .order_by("-pk")
+        .first()
+    )
+
+
+@transaction.atomic
+def execution_approve(
+    *, execution_id: Any, payload_digest_seen: str, approver: AbstractBaseUser
+) -> models.PreflightRecord:
+    """Approve the whole call as shown (by payload digest): settles the `approval:` slots, after which the
+    count says `execute` and the grant is issued with that record. On a record that already says `execute`
+    and whose grant expired unused, issues a fresh grant for it."""
+    execution = services._lock_execution(execution_id)
+    if execution.principal == identity(approver):
+        raise Conflict("own_request", "an approver cannot approve an execution they requested")
+    if services._has_run(execution):
+        raise Conflict("already_ran", "this execution already ran")
+    latest = records.latest_record(execution)
+    if latest.payload_digest != payload_digest_seen:
+        raise Conflict("stale_value", "the payload changed since it was shown; review it again")
+    if latest.verdict == "execute":
+        if live_grant(latest) is None:
+            services.grant_issue(execution_id=execution.pk)
+        return latest
+    pending, why_not = pending_call_approvals(latest.record)
+    if why_not is not None:
+        raise Conflict("not_ready", why_not)
+    for key in pending:
+        # The approval slots bind to the payload digest: approval_create checks it against the latest record.
+        services.approval_create(
+            execution_id=execution.pk,
+            slot_key=key,
+            value_digest_seen=value_digest(payload_digest_seen),
+            approver=approver,
+        )
+    execution.refresh_from_db(fields=["records"])
+    return records.latest_record(execution)
+
+
+@transaction.atomic
+def execution_reject(*, execution_id: Any, reason: str, reviewer: AbstractBaseUser) -> models.Rejection:
+    """A reviewer's no, with a reason: recorded as a `block` verdict (which supersedes any grant) and final —
+    no later answer, lookup or approval gives the execution another verdict."""
+    reason = reason.strip()
+    if not reason:
+        raise BadInput("invalid", "reason: say why the execution is rejected")
+    execution = services._lock_execution(execution_id)
+    if execution.rejected_at is not None:
+        raise Conflict("already_rejected", "this execution was already rejected")
+    if services._has_run(execution):
+        raise Conflict("already_ran", "this execution already ran")
+    who = identity(reviewer)
+    now = timezone.now()
+    latest = records.latest_record(execution)
+    record = rejection_record(latest.record, reviewer=who, reason=reason, at=now.isoformat())
+    stored = services._store_record(
+        execution, record, execution.contract, trigger="reject", audit={"reviewer": who, "reason": reason}
+    )
+    execution.rejected_at = now
+    execution.save(update_fields=["rejected_at", "updated_at"])
+    rejection = models.Rejection.objects.create(
+        execution=execution, reviewer=reviewer, reason=reason, record=stored
+    )
+    audit_append(
+        kind="rejection",
+        execution_id=execution.pk,
+        body={
+            "reviewer": who,
+            "reason": reason,
+            "record_seq": stored.seq,
+            "record_digest": stored.record_digest,
+        },
+    )
+    return rejection
+
+
+def rejection_record(latest: Mapping[str, Any], *, reviewer: str, reason: str, at: str) -> Record:
+    """The latest record as it stood, plus the reviewer's decision as a condition that blocks."""
+    decision = SlotState(
+        REJECTED_SLOT,
+        "condition",
+        "policy",
+        "a reviewer's decision",
+        "known",
+        False,
+        "reviewer",
+        {"by": reviewer},
+        findings=(Finding("reviewer", "found", {"by": reviewer}, reason),),
+        met=False,
+        detail=f"rejected: {reason}",
+    )
+    return Record(
+        verdict="block",
+        server=latest.get("server") or "",
+        tool=latest.get("tool") or "",
+        contract_digest=latest.get("contract_digest") or "",
+        principal=latest["principal"],
+        checklist_version=latest["checklist_version"],
+        slots=(*(_slot(s) for s in latest.get("slots") or []), decision),
+        questions=(),
+        measures=(),
+        unmet=(*(_unmet(u) for u in latest.get("unmet") or []), Unmet(REJECTED_SLOT, "block", reason)),
+        gaps=tuple(Gap(g["class"], g["slot"], g["detail"]) for g in latest.get("gaps") or []),
+        notices=tuple(latest.get("notices") or ()),
+        payload=latest.get("payload"),
+        payload_digest=latest.get("payload_digest"),
+        payload_valid=latest.get("payload_valid"),
+        payload_errors=tuple(latest.get("payload_errors") or ()),
+        unknown_count=int(latest.get("unknown_count") or 0),
+        reasons=(f"rejected by {reviewer}: {reason}",),
+        evaluated_at=at,
+        timing_at=latest.get("timing_at"),
+    )
+
+
+def _slot(s: Mapping[str, Any]) -> SlotState:
+    candidate = s.get("candidate")
+    return SlotState(
+        key=s["key"],
+        kind=s["kind"],
+        defined_by=s["defined_by"],
+        label=s["label"],
+        status=s["status"],
+        value=s.get("value"),
+        source=s.get("source"),
+        pointer=s.get("pointer"),
+        route=s.get("route"),
+        gap=s.get("gap"),
+        labels=tuple(s.get("labels") or ()),
+        approval=s.get("approval"),
+        findings=tuple(
+            Finding(f["source"], f["outcome"], f.get("pointer"), f.get("detail"))
+            for f in s.get("findings") or []
+        ),
+        candidate=candidate.get("value") if isinstance(candidate, Mapping) else None,
+        unverified=candidate is not None,
+        detail=s.get("detail"),
+        met=s.get("met"),
+        waits_for=tuple(s.get("waits_for") or ()),
+    )
+
+
+def _unmet(u: Mapping[str, Any]) -> Unmet:
+    return Unmet(u["id"], u["on_false"], u.get("text") or "")

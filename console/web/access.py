@@ -1,0 +1,95 @@
+"""Who may see and do what in the console. Roles are Django groups (`manage.py grant_role USER ROLE`).
+
+- approver: reviews held executions (approve, edit, reject). Identity is always the login.
+- operator: maintains the catalog and rules, files provider-gap reports.
+- auditor:  reads verdict history, verifies the chain, exports evidence. Read-only.
+
+A superuser holds every role. Every refusal is a 403 whose page says why (templates/403.html shows the
+reason given to PermissionDenied), so nobody is left guessing which role they lack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django_htmx.http import HttpResponseClientRedirect
+
+APPROVER = "approver"
+OPERATOR = "operator"
+AUDITOR = "auditor"
+ROLES = (APPROVER, OPERATOR, AUDITOR)
+
+
+def roles_of(user: Any) -> frozenset[str]:
+    """The roles a user holds, read once per request (cached on the user object the request carries)."""
+    if not user.is_authenticated:
+        return frozenset()
+    cached = getattr(user, "_preflight_roles", None)
+    if cached is None:
+        if user.is_superuser:
+            cached = frozenset(ROLES)
+        else:
+            cached = frozenset(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+        user._preflight_roles = cached
+    return cached
+
+
+def has_role(user: Any, *roles: str) -> bool:
+    return bool(roles_of(user) & set(roles))
+
+
+def refusal(user: Any, roles: tuple[str, ...], what: str = "This page") -> str:
+    held = ", ".join(sorted(roles_of(user))) or "no console role"
+    wanted = " or ".join(roles)
+    return (
+        f"{what} needs the {wanted} role. You are signed in as {user.get_username()} ({held}). "
+        f"An administrator can grant it with: manage.py grant_role {user.get_username()} {roles[0]}"
+    )
+
+
+def login_redirect(request: HttpRequest) -> HttpResponse:
+    if getattr(request, "htmx", False):
+        # A polled partial must not swap a login form into the page: send the whole window there.
+        from django.conf import settings
+        from django.shortcuts import resolve_url
+
+        return HttpResponseClientRedirect(f"{resolve_url(settings.LOGIN_URL)}?next={request.path}")
+    return redirect_to_login(request.get_full_path())
+
+
+def role_required(
+    *roles: str, what: str = "This page"
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Login required, then one of `roles`; otherwise a 403 that names the missing role. `what` names the
+    page or action in that sentence ("Approving")."""
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return login_redirect(request)
+            if not has_role(request.user, *roles):
+                raise PermissionDenied(refusal(request.user, roles, what))
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def require_role(request: HttpRequest, *roles: str, what: str) -> None:
+    """For a view open to several roles whose one action needs a narrower one (an auditor may read a review
+    page, only an approver may approve on it)."""
+    if not has_role(request.user, *roles):
+        raise PermissionDenied(refusal(request.user, roles, what))
+
+
+def console_roles(request: HttpRequest) -> dict[str, Any]:
+    """Context processor: templates show each area's links only to those who may use them."""
+    roles = roles_of(request.user) if hasattr(request, "user") else frozenset()
+    return {"console_roles": {role: role in roles for role in ROLES}}

@@ -1,0 +1,558 @@
+"""Operator pages: provider gap reports, the catalog (imports, trust, versions and diffs) and user/org rules.
+
+Every page needs a login and the operator role (gap reports can also be read by auditors). Forms post with
+CSRF and work without JavaScript; where htmx is present a few parts swap in place (`{% partialdef %}`).
+Writes go through console/operator_services.py, which appends to the audit chain.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.db.models import Count, Max, Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from console import models
+from console import operator_services as ops
+from console.errors import ServiceError
+from console.web.access import has_role, role_required
+from preflight.canonical import digest
+
+operator_only = role_required("operator")
+operator_or_auditor = role_required("operator", "auditor")
+
+
+def _render(
+    request: HttpRequest, template: str, context: dict[str, Any], *, partial: str = "", status: int = 200
+) -> HttpResponse:
+    if partial and getattr(request, "htmx", False):
+        template = f"{template}#{partial}"
+    return render(request, template, context, status=status)
+
+
+# ---- provider gap reports ------------------------------------------------------------------------------
+
+
+class GapReportForm(forms.Form):
+    cls = forms.ChoiceField(choices=[(c, c) for c in ops.GAP_CLASSES], widget=forms.HiddenInput)
+    server = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    tool = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    slot = forms.CharField(max_length=500, widget=forms.HiddenInput)
+    contract_digest = forms.CharField(max_length=80, required=False, widget=forms.HiddenInput)
+    title = forms.CharField(max_length=300)
+    detail = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), help_text="what the definition lacks")
+    notes = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        required=False,
+        help_text="anything the provider should know (sent with the report)",
+    )
+
+
+class StatusForm(forms.Form):
+    status = forms.ChoiceField(choices=[(s, s) for s in models.GapReport.STATUSES])
+    note = forms.CharField(max_length=500, required=False)
+
+
+@require_http_methods(["GET", "POST"])
+@operator_only
+def gap_report_new(request: HttpRequest) -> HttpResponse:
+    source = request.POST if request.method == "POST" else request.GET
+    key = {k: source.get(k, "") for k in ("cls", "server", "tool", "slot", "contract_digest")}
+    if not all(key[k] for k in ("cls", "server", "tool", "slot")):
+        return render(
+            request,
+            "console/operator/error.html",
+            {
+                "title": "Which gap?",
+                "reason": "Open this form from a gap on the dashboards (Report to provider).",
+            },
+            status=400,
+        )
+    try:
+        evidence = ops.gap_evidence(
+            cls=key["cls"],
+            server=key["server"],
+            tool=key["tool"],
+            slot=key["slot"],
+            contract_digest=key["contract_digest"],
+        )
+    except ServiceError as exc:
+        return render(
+            request, "console/operator/error.html", {"title": "No such gap", "reason": exc.detail}, status=404
+        )
+    problem = ""
+    if request.method == "POST":
+        form = GapReportForm(request.POST)
+        if form.is_valid():
+            try:
+                report = ops.gap_report_create(**form.cleaned_data, user=request.user)  # type: ignore[arg-type]
+            except ServiceError as exc:
+                problem = exc.detail
+            else:
+                return redirect("operator:gap-report", report.pk)
+    else:
+        form = GapReportForm(
+            initial={
+                **key,
+                "contract_digest": evidence.contract_digest,
+                "title": ops.default_title(evidence),
+                "detail": evidence.details[0] if evidence.details else "",
+            }
+        )
+    if key["cls"] not in ops.REPORTABLE_CLASSES:
+        problem = problem or f"{key['cls']} is not sent to providers; only provider gaps are."
+    open_reports = models.GapReport.objects.filter(
+        server=key["server"], tool=key["tool"], slot=key["slot"], status__in=("open", "sent")
+    ).order_by("-created_at")
+    return render(
+        request,
+        "console/operator/gap_report_new.html",
+        {"form": form, "evidence": evidence, "problem": problem, "open_reports": open_reports},
+        status=422 if request.method == "POST" else 200,
+    )
+
+
+@require_GET
+@operator_or_auditor
+def gap_reports(request: HttpRequest) -> HttpResponse:
+    status = request.GET.get("status", "")
+    reports = models.GapReport.objects.order_by("-created_at")
+    if status in models.GapReport.STATUSES:
+        reports = reports.filter(status=status)
+    else:
+        status = ""
+    counts = dict(
+        models.GapReport.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
+    )
+    context = {
+        "reports": reports[:200],
+        "status": status,
+        "statuses": [(s, counts.get(s, 0)) for s in models.GapReport.STATUSES],
+        "total": sum(counts.values()),
+    }
+    return _render(request, "console/operator/gap_reports.html", context, partial="list")
+
+
+def _report(pk: int) -> models.GapReport:
+    return get_object_or_404(models.GapReport, pk=pk)
+
+
+def _report_context(request: HttpRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
+    return {
+        "report": report,
+        "kind": ops.gap_kind(report.cls, report.slot),
+        "export": ops.report_json(report),
+        "history": [{**h, "at": datetime.fromisoformat(h["at"])} for h in report.history],
+        "status_form": StatusForm(initial={"status": report.status}),
+        "can_edit": has_role(request.user, "operator"),
+        "problem": problem,
+    }
+
+
+@require_GET
+@operator_or_auditor
+def gap_report_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    report = _report(pk)
+    return render(request, "console/operator/gap_report.html", _report_context(request, report))
+
+
+@require_POST
+@operator_only
+def gap_report_status(request: HttpRequest, pk: int) -> HttpResponse:
+    report = _report(pk)
+    form = StatusForm(request.POST)
+    problem = ""
+    if form.is_valid():
+        try:
+            report = ops.gap_report_set_status(
+                report_id=report.pk,
+                status=form.cleaned_data["status"],
+                note=form.cleaned_data["note"],
+                user=request.user,  # type: ignore[arg-type]
+            )
+        except ServiceError as exc:
+            problem = exc.detail
+    else:
+        problem = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+    context = _report_context(request, report, problem)
+    if getattr(request, "htmx", False):
+        return render(request, "console/operator/gap_report.html#status", context, status=200)
+    if not problem:
+        return redirect("operator:gap-report", report.pk)
+    return render(request, "console/operator/gap_report.html", context, status=422)
+
+
+@require_GET
+@operator_or_auditor
+def gap_report_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    report = _report(pk)
+    name = f"gap-report-{report.pk}-{report.server}-{report.tool}"
+    name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
+    if fmt == "md":
+        response = HttpResponse(ops.report_markdown(report), content_type="text/markdown; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{name}.md"'
+    elif fmt == "json":
+        body = json.dumps(ops.report_json(report), indent=2, ensure_ascii=False) + "\n"
+        response = HttpResponse(body, content_type="application/json; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{name}.json"'
+    else:
+        raise Http404("export formats: md, json")
+    return response
+
+
+# ---- catalog -------------------------------------------------------------------------------------------
+
+
+class PastedImportForm(forms.Form):
+    server = forms.CharField(max_length=200, help_text="the MCP server's name in this catalog")
+    tools = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false", "class": "code"}),
+        label="tools/list result (JSON)",
+        help_text='{"tools": [...]}, a JSON-RPC answer carrying one, or a bare list of Tool objects',
+    )
+    annotations_trusted = forms.BooleanField(required=False, label="trust this server's annotations")
+
+
+class McpImportForm(forms.Form):
+    server = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(
+        choices=[("mcp_stdio", "stdio (a command this host runs)"), ("mcp_http", "streamable HTTP (a URL)")],
+        widget=forms.RadioSelect,
+        initial="mcp_stdio",
+    )
+    command = forms.CharField(
+        max_length=2000, required=False, help_text="shell-quoted, e.g. python -m my.server"
+    )
+    url = forms.CharField(max_length=2000, required=False, help_text="e.g. https://tools.example.com/mcp")
+    timeout_s = forms.FloatField(min_value=1, max_value=120, initial=15, label="timeout (s)")
+    annotations_trusted = forms.BooleanField(required=False, label="trust this server's annotations")
+
+
+@require_GET
+@operator_only
+def catalog(request: HttpRequest) -> HttpResponse:
+    servers = models.Server.objects.order_by("name").annotate(
+        tools=Count("contracts", filter=Q(contracts__current=True)),
+        versions=Count("contracts"),
+        invalid=Count("contracts", filter=Q(contracts__valid=False)),
+        last_import=Max("contracts__created_at"),
+    )
+    contracts = (
+        models.ToolContract.objects.filter(current=True)
+        .select_related("server")
+        .order_by("server__name", "name")
+    )
+    by_server: dict[int, list[models.ToolContract]] = {}
+    for c in contracts:
+        by_server.setdefault(c.server_id, []).append(c)
+    rows = [{"server": s, "contracts": by_server.get(s.pk, [])} for s in servers]
+    return render(request, "console/operator/catalog.html", {"rows": rows})
+
+
+def _import_result(request: HttpRequest, result: Any) -> HttpResponse:
+    return render(request, "console/operator/import_result.html", {"result": result}, status=201)
+
+
+@require_http_methods(["GET", "POST"])
+@operator_only
+def catalog_import(request: HttpRequest) -> HttpResponse:
+    problem: ops.PastedCatalogError | None = None
+    service_problem = ""
+    if request.method == "POST":
+        form = PastedImportForm(request.POST)
+        if form.is_valid():
+            try:
+                result = ops.catalog_import_pasted(
+                    server=form.cleaned_data["server"],
+                    text=form.cleaned_data["tools"],
+                    annotations_trusted=form.cleaned_data["annotations_trusted"],
+                    user=request.user,  # type: ignore[arg-type]
+                )
+            except ops.PastedCatalogError as exc:
+                problem = exc
+            except ServiceError as exc:
+                service_problem = exc.detail
+            else:
+                return _import_result(request, result)
+    else:
+        form = PastedImportForm()
+    return render(
+        request,
+        "console/operator/catalog_import.html",
+        {"form": form, "problem": problem, "service_problem": service_problem},
+        status=422 if request.method == "POST" else 200,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@operator_only
+def catalog_import_mcp(request: HttpRequest) -> HttpResponse:
+    problem = ""
+    if request.method == "POST":
+        form = McpImportForm(request.POST)
+        if form.is_valid():
+            d = form.cleaned_data
+            try:
+                connector = ops.mcp_connector(kind=d["kind"], command=d["command"], url=d["url"])
+                result = ops.catalog_import_from_mcp(
+                    server=d["server"],
+                    connector=connector,
+                    annotations_trusted=d["annotations_trusted"],
+                    timeout_s=d["timeout_s"],
+                    user=request.user,  # type: ignore[arg-type]
+                )
+            except ServiceError as exc:
+                problem = exc.detail
+            else:
+                return _import_result(request, result)
+    else:
+        form = McpImportForm()
+    return render(
+        request,
+        "console/operator/catalog_import_mcp.html",
+        {"form": form, "problem": problem},
+        status=422 if request.method == "POST" else 200,
+    )
+
+
+@require_GET
+@operator_only
+def server_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    server = get_object_or_404(models.Server, pk=pk)
+    return _render(
+        request,
+        "console/operator/server.html",
+        {"server": server, "tools": _server_tools(server), "problem": ""},
+        partial="tools",
+    )
+
+
+def _server_tools(
+    server: models.Server,
+) -> list[tuple[str, list[tuple[models.ToolContract, models.ToolContract | None]]]]:
+    """Per tool name, its versions newest first, each with the version before it (for "diff vs previous")."""
+    tools: dict[str, list[models.ToolContract]] = {}
+    for c in models.ToolContract.objects.filter(server=server).order_by("name", "-created_at", "-pk"):
+        tools.setdefault(c.name, []).append(c)
+    return [
+        (name, [(v, versions[i + 1] if i + 1 < len(versions) else None) for i, v in enumerate(versions)])
+        for name, versions in sorted(tools.items())
+    ]
+
+
+@require_POST
+@operator_only
+def server_trust(request: HttpRequest, pk: int) -> HttpResponse:
+    server = get_object_or_404(models.Server, pk=pk)
+    trusted = request.POST.get("trusted") == "1"
+    problem = ""
+    try:
+        ops.server_set_trust(server_id=server.pk, trusted=trusted, user=request.user)  # type: ignore[arg-type]
+    except ServiceError as exc:
+        problem = exc.detail
+    server.refresh_from_db()
+    if not problem and not getattr(request, "htmx", False):  # an htmx swap shows the new state itself
+        state = "trusted" if trusted else "not trusted"
+        messages.success(
+            request, f"{server.name}: annotations are now {state}; current tools got new versions."
+        )
+    if not getattr(request, "htmx", False) and not problem:
+        return redirect("operator:server", server.pk)
+    return _render(
+        request,
+        "console/operator/server.html",
+        {"server": server, "tools": _server_tools(server), "problem": problem},
+        partial="tools",
+        status=409 if problem and not getattr(request, "htmx", False) else 200,
+    )
+
+
+@require_GET
+@operator_only
+def contract_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    contract = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
+    versions = list(
+        models.ToolContract.objects.filter(server=contract.server, name=contract.name).order_by("-created_at")
+    )
+    older = [v for v in versions if v.created_at < contract.created_at]
+    problem = ""
+    try:
+        preview = ops.contract_preview(contract)
+    except Exception as exc:  # a stored definition that no longer compiles is shown, not a 500
+        preview, problem = [], f"{type(exc).__name__}: {exc}"
+    return render(
+        request,
+        "console/operator/contract.html",
+        {
+            "contract": contract,
+            "versions": versions,
+            "previous": older[0] if older else None,
+            "preview": preview,
+            "preview_problem": problem,
+            "definition": ops.pretty_json(contract.definition),
+            "records": models.PreflightRecord.objects.filter(contract=contract).count(),
+        },
+    )
+
+
+@require_GET
+@operator_only
+def contract_diff(request: HttpRequest, pk: int, other: int) -> HttpResponse:
+    old = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
+    new = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=other)
+    if (old.server_id, old.name) != (new.server_id, new.name):
+        return render(
+            request,
+            "console/operator/error.html",
+            {"title": "Not comparable", "reason": "A diff compares two versions of the same tool."},
+            status=400,
+        )
+    text = ops.contract_diff(old, new)
+    lines = []
+    for line in text.splitlines():
+        kind = (
+            "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "hunk"
+            if line.startswith("@@")
+            else ""
+        )
+        if line.startswith(("+++", "---")):
+            kind = "file"
+        lines.append((kind, line))
+    return render(
+        request,
+        "console/operator/contract_diff.html",
+        {"old": old, "new": new, "lines": lines, "same": not text},
+    )
+
+
+# ---- user/org rules --------------------------------------------------------------------------------------
+
+RULES_TEMPLATE = {
+    "id": "org",
+    "version": "1",
+    "rules": [
+        {
+            "id": "small_transfers_only",
+            "kind": "condition",
+            "text": "Transfers above 500 need another way",
+            "principals": ["user:alice"],
+            "tools": ["bank/transfer"],
+            "check": "arg.amount <= 500",
+            "on_false": "hold",
+        }
+    ],
+}
+
+
+class RulesForm(forms.Form):
+    text = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 24, "spellcheck": "false", "class": "code"}),
+        label="rules (JSON)",
+        max_length=200_000,
+    )
+
+
+def _stamp(row: models.RuleSet) -> str:
+    return f"{row.name}@{row.version}#{digest(row.data)[7:19]}"
+
+
+@require_GET
+@operator_only
+def rules(request: HttpRequest) -> HttpResponse:
+    sets = list(models.RuleSet.objects.order_by("name", "-created_at"))
+    stamps = {r.pk: _stamp(r) for r in sets}
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for r in sets:
+        grouped.setdefault(r.name, []).append(
+            {
+                "row": r,
+                "stamp": stamps[r.pk],
+                "rules": len(r.data.get("rules", [])),
+                "applied": models.PreflightRecord.objects.filter(
+                    checklist_version__contains=stamps[r.pk]
+                ).count(),
+            }
+        )
+    recent = []
+    for rec in models.PreflightRecord.objects.order_by("-created_at").select_related("execution")[:20]:
+        parts = ops.checklist_parts(rec.checklist_version)
+        recent.append(
+            {
+                "record": rec,
+                "rules": parts["rules"],
+                "rule_slots": ops.rule_slots(rec.record),
+                "tool": f"{rec.record.get('server')}/{rec.record.get('tool')}",
+            }
+        )
+    return render(
+        request, "console/operator/rules.html", {"groups": sorted(grouped.items()), "recent": recent}
+    )
+
+
+def _numbered(text: str, line: int | None, around: int = 3) -> list[tuple[int, str, bool]]:
+    if not line:
+        return []
+    lines = text.splitlines()
+    start, end = max(1, line - around), min(len(lines), line + around)
+    return [(n, lines[n - 1], n == line) for n in range(start, end + 1)]
+
+
+@require_http_methods(["GET", "POST"])
+@operator_only
+def rules_edit(request: HttpRequest, name: str = "") -> HttpResponse:
+    current = models.RuleSet.objects.filter(name=name, active=True).first() if name else None
+    if name and current is None:
+        current = models.RuleSet.objects.filter(name=name).order_by("-created_at").first()
+        if current is None:
+            raise Http404(f"no rules named {name}")
+    check: ops.RulesCheck | None = None
+    problem = ""
+    saved: models.RuleSet | None = None
+    if request.method == "POST":
+        form = RulesForm(request.POST)
+        if form.is_valid():
+            text = form.cleaned_data["text"]
+            check = ops.check_rules_text(text)
+            if request.POST.get("action") == "save" and check.ok:
+                try:
+                    saved = ops.ruleset_save(text=text, user=request.user)  # type: ignore[arg-type]
+                except ServiceError as exc:
+                    problem = exc.detail
+                else:
+                    messages.success(
+                        request, f"Saved {saved.name}@{saved.version}; it applies from the next preflight on."
+                    )
+                    if not getattr(request, "htmx", False):
+                        return redirect(reverse("operator:rules"))
+    else:
+        if current is not None:
+            data = dict(current.data)
+            data["version"] = ops.next_version(str(data.get("version", "1")))
+            text = json.dumps(data, indent=2, ensure_ascii=False)
+        else:
+            text = json.dumps(RULES_TEMPLATE, indent=2, ensure_ascii=False)
+        form = RulesForm(initial={"text": text})
+    text_now = form.data.get("text", "") if form.is_bound else form.initial.get("text", "")
+    context = {
+        "form": form,
+        "current": current,
+        "check": check,
+        "problem": problem,
+        "saved": saved,
+        "listing": _numbered(str(text_now), check.problem.line if check and check.problem else None),
+    }
+    invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
+    if getattr(request, "htmx", False):
+        return render(request, "console/operator/rules_edit.html#result", context)
+    return render(request, "console/operator/rules_edit.html", context, status=422 if invalid else 200)

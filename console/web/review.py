@@ -1,0 +1,326 @@
+"""The approver's pages: the queue of held executions and the review form of one execution.
+
+Every view is a recipe: check the role, fetch, validate a form, call one service, then render or redirect.
+Without JavaScript each form is a full POST answered by a redirect back to the page; with htmx the same
+view answers with the `#review` partial, which the page swaps in place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import reswap, retarget
+
+from console import models, review_services, services
+from console.errors import ServiceError
+from console.web import review_queue
+from console.web.access import APPROVER, AUDITOR, has_role, role_required
+from console.web.review_rows import (
+    Context,
+    approved_values,
+    arg_schema,
+    conversation,
+    parse_edit,
+    short,
+    slot_rows,
+)
+
+REVIEW = "console/review/review.html"
+ACTION = "Approving, editing or rejecting an execution"
+
+
+class ApproveSlotForm(forms.Form):
+    slot = forms.CharField(max_length=500)
+    value_digest = forms.CharField(max_length=80)
+
+
+class AnswerForm(forms.Form):
+    slot = forms.CharField(max_length=500)
+    value = forms.CharField(max_length=10_000, strip=False)
+
+
+class ApproveExecutionForm(forms.Form):
+    payload_digest = forms.CharField(max_length=80)
+
+
+class RejectForm(forms.Form):
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea)
+
+
+# ---- queue --------------------------------------------------------------------------------------------
+
+
+@role_required(APPROVER, AUDITOR)
+@require_GET
+def queue(request: HttpRequest) -> HttpResponse:
+    form = review_queue.QueueFilter(request.GET)
+    filters = form.cleaned_data if form.is_valid() else {}
+    page = review_queue.held(filters)
+    template = "console/review/queue.html"
+    if request.htmx:  # type: ignore[attr-defined]
+        template += "#queue"  # the 5 s refresh and the filter form swap only the list
+    return render(request, template, {"form": form, "page": page})
+
+
+# ---- review form --------------------------------------------------------------------------------------
+
+
+def _execution(execution_id: Any) -> models.Execution:
+    executions = models.Execution.objects.select_related("contract__server", "rejection__reviewer")
+    return get_object_or_404(executions, pk=execution_id)
+
+
+def _rejection(execution: models.Execution) -> models.Rejection | None:
+    try:
+        return execution.rejection
+    except models.Rejection.DoesNotExist:
+        return None
+
+
+def _review_context(request: HttpRequest, execution: models.Execution) -> dict[str, Any]:
+    latest = models.PreflightRecord.objects.get(execution=execution, seq=execution.records)
+    record = latest.record
+    approver = has_role(request.user, APPROVER)
+    own = execution.principal == review_services.identity(request.user)  # type: ignore[arg-type]
+    rejection = _rejection(execution)
+    outcome = (
+        models.Outcome.objects.filter(
+            execution=execution, status__in=("executed", "failed", "outcome_unknown")
+        )
+        .order_by("-pk")
+        .first()
+    )
+    open_ = rejection is None and outcome is None
+    answers = {
+        f"answer-{pk}": (channel, by)
+        for pk, channel, by in models.Answer.objects.filter(execution=execution).values_list(
+            "pk", "channel", "answered_by"
+        )
+    }
+    void = [s["key"] for s in record.get("slots") or [] if s.get("approval") == "void"]
+    approved = approved_values(_older_records(execution, latest.seq), void) if void else {}
+    ctx = Context(
+        now=timezone.now(),
+        answers=answers,
+        approved=approved,
+        definition=execution.contract.definition if execution.contract else None,
+        can_edit=approver and open_,
+        can_approve=approver and open_ and not own,
+    )
+    rows = slot_rows(record, ctx)
+    pending, why_not = review_services.pending_call_approvals(record)
+    grant = models.Grant.objects.filter(record=latest).order_by("-pk").first()
+    history = models.PreflightRecord.objects.filter(execution=execution).order_by("-seq")
+    payload = record.get("payload")
+    return {
+        "execution": execution,
+        "latest": latest,
+        "record": record,
+        "rows": [row.as_dict() for row in rows],
+        "urls": {  # reversed once, not once per slot row
+            name.replace("-", "_"): reverse(f"review-{name}", args=[execution.pk])
+            for name in ("approve-slot", "answer", "approve-execution", "reject")
+        },
+        "turns": conversation(execution.request, rows),
+        "counts": {
+            "unresolved": sum(1 for r in rows if r.status == "unknown"),
+            "unverified": sum(1 for r in rows if r.candidate is not None),
+            "awaiting": sum(1 for r in rows if r.approval in ("required", "void")),
+            "slots": len(rows),
+        },
+        "payload_json": json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
+        if payload
+        else None,
+        "contract": execution.contract,
+        "contract_short": short(record.get("contract_digest")),
+        "pending_call": pending,
+        "why_not": why_not,
+        "grant": grant,
+        "grant_live": grant is not None and grant.used_at is None and grant.expires_at > timezone.now(),
+        "history": history.values(
+            "seq", "verdict", "trigger", "record_digest", "created_at", "unknown_count"
+        ),
+        "observations": _observations(execution),
+        "rejection": rejection,
+        "outcome": outcome,
+        "open": open_,
+        "own": own,
+        "approver": approver,
+    }
+
+
+def _older_records(execution: models.Execution, seq: int, chunk: int = 10) -> Iterator[dict[str, Any]]:
+    """Records before `seq`, newest first, a few at a time: the approval a diff needs is usually recent."""
+    while seq > 1:
+        batch = list(
+            models.PreflightRecord.objects.filter(execution=execution, seq__lt=seq, seq__gte=seq - chunk)
+            .order_by("-seq")
+            .values_list("record", flat=True)
+        )
+        yield from batch
+        seq -= chunk
+
+
+def _observations(execution: models.Execution) -> list[dict[str, Any]]:
+    now = timezone.now()
+    rows = list(
+        models.Observation.objects.filter(execution=execution)
+        .order_by("-pk")
+        .values("measure", "lookup", "args", "value", "error", "observed_at", "dispatched_at")[:20]
+    )
+    for row in rows:
+        row["running_s"] = (
+            (now - row["dispatched_at"]).total_seconds() if row["observed_at"] is None else None
+        )
+        row["value_text"] = json.dumps(row["value"], ensure_ascii=False)
+    return rows
+
+
+@role_required(APPROVER, AUDITOR)
+@require_GET
+def review(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    execution = _execution(execution_id)
+    template = REVIEW + "#review" if request.htmx else REVIEW  # type: ignore[attr-defined]
+    return render(request, template, _review_context(request, execution))
+
+
+@role_required(APPROVER, AUDITOR)
+@require_GET
+def progress(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    """Polled every 2 s while lookups run. Once the execution has a newer record, answers with the whole
+    review region instead; its fresh #progress polls again only if the new verdict is still `measure`."""
+    execution = _execution(execution_id)
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect("review-execution", execution.pk)
+    if request.GET.get("seq") != str(execution.records):
+        response = render(request, REVIEW + "#review", _review_context(request, execution))
+        return retarget(reswap(response, "outerHTML"), "#review")  # type: ignore[arg-type]
+    context = {"execution": execution, "observations": _observations(execution)}
+    return render(request, REVIEW + "#progress", context)
+
+
+def _done(request: HttpRequest, execution: models.Execution) -> HttpResponse:
+    """After an action: the swapped partial for htmx, a redirect back to the page otherwise."""
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, REVIEW + "#review", _review_context(request, _execution(execution.pk)))
+    return redirect(reverse("review-execution", args=[execution.pk]) + "#review")
+
+
+def _refused(request: HttpRequest, exc: ServiceError) -> None:
+    if exc.code == "own_request":
+        # Not a matter of a stale page: this person may never approve this execution.
+        raise PermissionDenied(
+            f"You requested this execution ({exc.detail}). Another approver has to review it."
+        )
+    messages.error(request, exc.detail)
+
+
+def _form_errors(request: HttpRequest, form: forms.Form) -> None:
+    for field, errors in form.errors.items():
+        messages.error(request, f"{field}: {' '.join(errors)}")
+
+
+@role_required(APPROVER, what=ACTION)
+@require_POST
+def approve_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    execution = _execution(execution_id)
+    form = ApproveSlotForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return _done(request, execution)
+    slot = form.cleaned_data["slot"]
+    try:
+        services.approval_create(
+            execution_id=execution.pk,
+            slot_key=slot,
+            value_digest_seen=form.cleaned_data["value_digest"],
+            approver=request.user,  # type: ignore[arg-type]
+        )
+    except ServiceError as exc:
+        _refused(request, exc)
+    else:
+        messages.success(request, f"{slot}: approved")
+    return _done(request, execution)
+
+
+@role_required(APPROVER, what=ACTION)
+@require_POST
+def answer_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    execution = _execution(execution_id)
+    form = AnswerForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return _done(request, execution)
+    slot, text = form.cleaned_data["slot"], form.cleaned_data["value"]
+    schema: Any = {}
+    if slot.startswith("arg:") and execution.contract is not None:
+        schema = arg_schema(execution.contract.definition, slot[4:])
+    try:
+        value = parse_edit(text, schema)
+    except ValueError as exc:
+        messages.error(request, f"{slot}: {exc}")
+        return _done(request, execution)
+    try:
+        review_services.execution_reviewer_answer(
+            execution_id=execution.pk,
+            slot_key=slot,
+            value=value,
+            reviewer=request.user,  # type: ignore[arg-type]
+        )
+    except ServiceError as exc:
+        _refused(request, exc)
+    else:
+        messages.success(request, f"{slot}: your value is recorded and the execution was preflighted again")
+    return _done(request, execution)
+
+
+@role_required(APPROVER, what=ACTION)
+@require_POST
+def approve_execution(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    execution = _execution(execution_id)
+    form = ApproveExecutionForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return _done(request, execution)
+    try:
+        stored = review_services.execution_approve(
+            execution_id=execution.pk,
+            payload_digest_seen=form.cleaned_data["payload_digest"],
+            approver=request.user,  # type: ignore[arg-type]
+        )
+    except ServiceError as exc:
+        _refused(request, exc)
+    else:
+        messages.success(request, f"Execution approved: the verdict is {stored.verdict}")
+    return _done(request, execution)
+
+
+@role_required(APPROVER, what=ACTION)
+@require_POST
+def reject(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    execution = _execution(execution_id)
+    form = RejectForm(request.POST)
+    if not form.is_valid():
+        _form_errors(request, form)
+        return _done(request, execution)
+    try:
+        review_services.execution_reject(
+            execution_id=execution.pk,
+            reason=form.cleaned_data["reason"],
+            reviewer=request.user,  # type: ignore[arg-type]
+        )
+    except ServiceError as exc:
+        _refused(request, exc)
+    else:
+        messages.success(request, "Execution rejected: it is blocked, and no later answer can reopen it")
+    return _done(request, execution)

@@ -1,0 +1,379 @@
+"""What the review page shows, computed from a stored record: one row per slot, the conversation cut into
+marked spans. Plain data, so the template stays a loop (a 60-slot page renders in a few milliseconds) and
+every decision about what is highlighted lives here, where it can be tested.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
+
+from preflight.approvals import value_digest
+
+# Slots a reviewer may give a value for (the same set the answer service accepts, less fixed:tool, whose
+# answer is a choice among tools the console never names).
+ANSWERABLE_FIXED = ("fixed:timing", "fixed:action_name")
+
+
+@dataclass(slots=True)
+class Flag:
+    css: str
+    text: str
+
+
+@dataclass(slots=True)
+class SlotRow:
+    key: str
+    label: str
+    kind: str
+    status: str
+    value: str
+    source: str | None = None  # the badge text
+    source_css: str = ""
+    source_href: str | None = None
+    route: str | None = None
+    labels: list[str] = field(default_factory=list)
+    approval: str | None = None
+    css: list[str] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+    candidate: str | None = None
+    detail: str | None = None
+    spans: str = ""  # "turn:start:end ..." of the pointer, for the conversation highlight
+    first_span: tuple[int, int, int] | None = None
+    approvable: bool = False
+    value_digest: str = ""
+    editable: bool = False
+    edit_value: str = ""
+    edit_hint: str = ""
+    # (argument, old, new) since the last approval; the argument is named only for a whole-call approval
+    change: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the template: a dict resolves each `row.x` on the first try, where an object costs Django's
+        template engine a failed `row["x"]` first (60 rows, ~30 lookups each, on every refresh)."""
+        out = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        out["row_class"] = " ".join(self.css)
+        out["flags"] = [(f.css, f.text) for f in self.flags]
+        turn, start, end = self.first_span or ("", "", "")
+        out.update(first_turn=turn, first_start=start, first_end=end)
+        return out
+
+
+@dataclass(slots=True)
+class Segment:
+    text: str
+    spans: str = ""  # ids of the pointers covering it; empty: plain text
+    css: str = ""  # "found" (a pointer that holds its value) or "claimed" (one that does not)
+    title: str = ""
+
+
+@dataclass(slots=True)
+class Turn:
+    index: int
+    role: str
+    trusted: bool
+    segments: list[Segment]
+
+
+def show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def short(digest: str | None) -> str:
+    return digest[7:19] if digest and digest.startswith("sha256:") else (digest or "")
+
+
+def age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def span_ids(pointer: Any) -> list[tuple[int, int, int]]:
+    if not isinstance(pointer, Mapping):
+        return []
+    if "spans" in pointer:
+        return [s for p in pointer["spans"] for s in span_ids(p)]
+    if {"turn", "start", "end"} <= pointer.keys():
+        return [(int(pointer["turn"]), int(pointer["start"]), int(pointer["end"]))]
+    return []
+
+
+def arg_schema(definition: Mapping[str, Any] | None, path: str) -> Mapping[str, Any]:
+    """The inputSchema of one argument (nested paths a.b walk properties), {} if not declared."""
+    node: Any = (definition or {}).get("inputSchema") or {}
+    for part in path.split("."):
+        props = node.get("properties") if isinstance(node, Mapping) else None
+        if not isinstance(props, Mapping) or part not in props:
+            return {}
+        node = props[part]
+    return node if isinstance(node, Mapping) else {}
+
+
+def schema_types(schema: Mapping[str, Any]) -> list[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared]
+    if isinstance(declared, list):
+        return [t for t in declared if isinstance(t, str)]
+    return []
+
+
+def parse_edit(text: str, schema: Mapping[str, Any]) -> Any:
+    """A reviewer's typed value, read by the argument's declared type: a string argument takes the text as
+    written ("00123" stays a string); anything else is JSON. ValueError, in words, if it does not read."""
+    types = schema_types(schema)
+    if types == ["string"]:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        if not types or "string" in types:
+            return text  # undeclared or string-or-else: text that is not JSON is the text itself
+        wanted = " or ".join(types)
+        raise ValueError(f"expected {wanted} (as JSON, e.g. 120 or true), got {text!r}") from None
+
+
+@dataclass(slots=True)
+class Context:
+    """What the rows need besides the record."""
+
+    now: datetime
+    answers: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # "answer-<pk>" -> (channel, by)
+    approved: Mapping[str, Any] = field(default_factory=dict)  # void slot key -> value when it was approved
+    definition: Mapping[str, Any] | None = None  # the contract's tool definition (argument schemas)
+    can_edit: bool = False
+    can_approve: bool = False
+
+
+def slot_rows(record: Mapping[str, Any], ctx: Context) -> list[SlotRow]:
+    return [slot_row(s, record, ctx) for s in record.get("slots") or []]
+
+
+def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> SlotRow:
+    key, status = s["key"], s["status"]
+    row = SlotRow(
+        key=key,
+        label=s.get("label") or key,
+        kind=s.get("kind") or "",
+        status=status,
+        value=_value_text(s),
+        route=s.get("route") if status == "unknown" else None,
+        labels=list(s.get("labels") or ()),
+        approval=s.get("approval"),
+        detail=s.get("detail") or (f"waits for {', '.join(s['waits_for'])}" if s.get("waits_for") else None),
+    )
+    _source(row, s, ctx)
+    findings = s.get("findings") or []
+
+    if status == "unknown":
+        row.css.append("unresolved")
+    if "candidate" in s:
+        # A model proposal whose pointer did not hold (or that had none): shown, never counted.
+        row.css.append("unverified")
+        row.candidate = show(s["candidate"].get("value"))
+        row.flags.append(Flag("unverified", "proposed, no source"))
+    for f in findings:
+        detail = f.get("detail") or ""
+        if f.get("outcome") == "no_result" and detail.startswith("stale"):
+            row.css.append("stale")
+            row.flags.append(Flag("stale", detail))
+        elif f.get("outcome") == "error":
+            row.flags.append(
+                Flag("error", f"{f.get('source')} failed: {detail}" if detail else "lookup failed")
+            )
+    if s.get("met") is False:
+        row.css.append("unmet")
+        on_false = next((u["on_false"] for u in record.get("unmet") or [] if f"cond:{u['id']}" == key), None)
+        row.flags.append(Flag("unmet", f"unmet: {on_false or 'hold'}"))
+    if s.get("gap") == "provider_gap" or s.get("route") == "provider_gap":
+        row.css.append("gap")
+        row.flags.append(Flag("gap", "provider gap"))
+    elif s.get("route") == "unsupported":
+        row.css.append("gap")
+        row.flags.append(Flag("gap", "not supported"))
+
+    spans = span_ids(s.get("pointer")) if status != "unknown" else []
+    if not spans:
+        # The span the model pointed at, even though it does not hold the value: the reviewer sees why.
+        spans = [
+            sp for f in findings if f.get("source") == "instruction" for sp in span_ids(f.get("pointer"))
+        ]
+    if spans:
+        row.spans = " ".join(f"{t}:{a}:{b}" for t, a, b in spans)
+        row.first_span = spans[0]
+
+    if row.approval in ("required", "void") and status == "known" and not key.startswith("approval:"):
+        row.approvable = ctx.can_approve
+        row.value_digest = value_digest(s.get("value"))
+    if row.approval == "approved":
+        row.css.append("approved")
+    if row.approval == "void":
+        row.css.append("void")
+        if key in ctx.approved:
+            row.change = _changes(key, ctx.approved[key], s, record)
+
+    row.editable = ctx.can_edit and (key.startswith(("arg:", "branch:")) or key in ANSWERABLE_FIXED)
+    if row.editable:
+        schema = arg_schema(ctx.definition, key[4:]) if key.startswith("arg:") else {}
+        row.edit_hint = " or ".join(schema_types(schema)) or (
+            "text" if not key.startswith("arg:") else "JSON"
+        )
+        if status == "known":
+            value = s.get("value")
+            if key == "fixed:timing" and isinstance(value, Mapping):
+                value = value.get("at") or value.get("mode")
+            row.edit_value = show(value)
+    return row
+
+
+def _value_text(s: Mapping[str, Any]) -> str:
+    key, status, value = s["key"], s["status"], s.get("value")
+    if status == "unknown":
+        return "—"
+    if s.get("kind") == "condition" and "met" in s:
+        return "met" if s["met"] else "not met"
+    if key.startswith("approval:") and status == "known":
+        return f"payload {short(value)}"
+    if status == "null":
+        return "null" if value is None else show(value)
+    if key == "fixed:timing" and isinstance(value, Mapping):
+        return "immediately" if value.get("mode") == "immediate" else f"at {value.get('at')}"
+    return show(value)
+
+
+def _source(row: SlotRow, s: Mapping[str, Any], ctx: Context) -> None:
+    source, pointer = s.get("source"), s.get("pointer") or {}
+    if not source or s["status"] == "unknown":
+        return
+    row.source_css = source
+    if source == "user_answer":
+        channel, by = ctx.answers.get(str(pointer.get("answer")), ("agent", str(pointer.get("by") or "")))
+        if channel == "reviewer":
+            row.source, row.source_css = f"reviewer answer · {by}", "reviewer"
+        else:
+            row.source = "user answer"
+    elif source == "instruction":
+        spans = span_ids(pointer)
+        turns = sorted({t for t, _, _ in spans})
+        row.source = "instruction · turn " + ", ".join(str(t) for t in turns) if turns else "instruction"
+    elif source == "preset":
+        row.source = f"preset #{str(pointer.get('preset', '')).removeprefix('preset-')}"
+    elif source == "observed":
+        at = pointer.get("observed_at")
+        try:
+            when = datetime.fromisoformat(at) if isinstance(at, str) else None
+        except ValueError:
+            when = None
+        if when is not None:
+            row.source = f"observed {when:%H:%M:%S} · {age((ctx.now - when).total_seconds())} ago"
+        else:
+            row.source = "observed"
+    elif source == "prior_state":
+        ref = str(pointer.get("record") or "")
+        execution, _, seq = ref.partition("#")
+        row.source = f"prior record {execution[:8]}#{seq}"
+        row.source_href = f"/executions/{execution}/" if execution else None
+    elif source == "contract":
+        row.source = "declared by the tool"
+    elif source == "condition":
+        row.source = "evaluated"
+    elif source == "approval":
+        row.source = "approved"
+    elif source == "reviewer":
+        row.source = f"reviewer · {pointer.get('by', '')}"
+    else:
+        row.source = source
+
+
+def _changes(
+    key: str, old: Any, s: Mapping[str, Any], record: Mapping[str, Any]
+) -> list[tuple[str, str, str]]:
+    if key.startswith("approval:"):
+        # An approval of the whole call was for an older payload: show which arguments moved.
+        new = record.get("payload") or {}
+        old = old or {}
+        return [
+            (name, show(old.get(name)), show(new.get(name)))
+            for name in sorted(set(old) | set(new))
+            if old.get(name) != new.get(name)
+        ]
+    return [("", show(old), show(s.get("value")))]
+
+
+def approved_values(history: Iterable[Mapping[str, Any]], void_keys: Sequence[str]) -> dict[str, Any]:
+    """For each voided slot, the value it had when last approved (newest record first). For an approval of
+    the whole call that is the payload then."""
+    wanted = set(void_keys)
+    found: dict[str, Any] = {}
+    for record in history:
+        for s in record.get("slots") or []:
+            if s["key"] in wanted and s["key"] not in found and s.get("approval") == "approved":
+                found[s["key"]] = (
+                    record.get("payload") if s["key"].startswith("approval:") else s.get("value")
+                )
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def conversation(request: Mapping[str, Any], rows: Sequence[SlotRow]) -> list[Turn]:
+    """The turns, each cut where a pointer starts or ends, so every pointed-at span is its own <mark>."""
+    marks: dict[int, list[tuple[int, int, str, str, str]]] = {}
+    for row in rows:
+        css = "claimed" if row.status == "unknown" or "unverified" in row.css else "found"
+        for token in row.spans.split():
+            t, a, b = (int(x) for x in token.split(":"))
+            marks.setdefault(t, []).append((a, b, token, css, row.key))
+    turns = []
+    for index, turn in enumerate(request.get("conversation") or []):
+        content = str(turn.get("content") or "")
+        turns.append(
+            Turn(
+                index,
+                str(turn.get("role") or ""),
+                bool(turn.get("trusted")),
+                _segments(content, marks.get(index, [])),
+            )
+        )
+    return turns
+
+
+def _segments(content: str, marks: list[tuple[int, int, str, str, str]]) -> list[Segment]:
+    if not marks:
+        return [Segment(content)]
+    cuts = sorted(
+        {
+            0,
+            len(content),
+            *(min(max(m[0], 0), len(content)) for m in marks),
+            *(min(max(m[1], 0), len(content)) for m in marks),
+        }
+    )
+    out = []
+    for a, b in pairwise(cuts):
+        over = [m for m in marks if m[0] <= a and m[1] >= b]
+        if not over:
+            out.append(Segment(content[a:b]))
+            continue
+        css = "found" if any(m[3] == "found" for m in over) else "claimed"
+        out.append(
+            Segment(
+                content[a:b],
+                " ".join(sorted({m[2] for m in over})),
+                css,
+                ", ".join(sorted({m[4] for m in over})),
+            )
+        )
+    return out

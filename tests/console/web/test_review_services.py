@@ -1,0 +1,427 @@
+"""The reviewer's services (edit, approve the call, reject), the role command, and the pure pieces the review
+page is computed from (rows, conversation marks, typed edits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.core.management import CommandError, call_command
+from review_support import latest, person, slot, use_demo_bank
+
+from console import models, records, review_services, services
+from console.audit import verify_all
+from console.demo import review_data
+from console.demo.review_data import ALICE_MAIN, ALICE_SAVINGS, BOB
+from console.errors import BadInput, Conflict
+from console.signing import token_for
+from console.web.review_rows import Context, SlotRow, conversation, parse_edit, slot_rows
+from preflight import GrantClaims
+from preflight.approvals import value_digest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def held(db: None, monkeypatch: pytest.MonkeyPatch) -> models.Execution:
+    use_demo_bank(monkeypatch)
+    return review_data.held_transfer()
+
+
+@pytest.fixture
+def carol(db: None) -> User:
+    return person("carol", "approver")
+
+
+def ready(execution: models.Execution, user: User, capture: Callable[..., Any]) -> dict[str, Any]:
+    services.approval_create(
+        execution_id=execution.pk,
+        slot_key="arg:to_account",
+        value_digest_seen=value_digest(BOB),
+        approver=user,
+    )
+    review_services.execution_reviewer_answer(
+        execution_id=execution.pk, slot_key="arg:memo", value="m", reviewer=user
+    )
+    with capture(execute=True):
+        review_services.execution_reviewer_answer(
+            execution_id=execution.pk, slot_key="arg:from_account", value=ALICE_MAIN, reviewer=user
+        )
+    return latest(execution)
+
+
+# ---- a reviewer's edit --------------------------------------------------------------------------------
+
+
+def test_a_reviewers_edit_is_their_answer_and_is_preflighted_in_place(
+    carol: User, held: models.Execution
+) -> None:
+    stored = review_services.execution_reviewer_answer(
+        execution_id=held.pk, slot_key="arg:to_account", value=ALICE_SAVINGS, reviewer=carol
+    )
+
+    answer = models.Answer.objects.get(execution=held)
+    assert (answer.channel, answer.answered_by) == ("reviewer", "user:carol")
+    assert stored.trigger == "answer" and stored.seq == 2
+    recipient = slot(stored.record, "arg:to_account")
+    assert (recipient["value"], recipient["source"]) == (ALICE_SAVINGS, "user_answer")
+    event = models.AuditEvent.objects.filter(kind="answer").get()
+    assert event.body["answered_by"] == "user:carol" and event.body["channel"] == "reviewer"
+
+
+def test_an_edit_voids_the_slots_approval_and_the_grant(
+    carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    record = ready(held, carol, django_capture_on_commit_callbacks)
+    executed = review_services.execution_approve(
+        execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
+    )
+    grant = models.Grant.objects.get(record=executed)
+
+    after = review_services.execution_reviewer_answer(
+        execution_id=held.pk, slot_key="arg:to_account", value=ALICE_SAVINGS, reviewer=carol
+    )
+
+    assert after.verdict == "hold"
+    assert slot(after.record, "arg:to_account")["approval"] == "void"
+    assert slot(after.record, "approval:large_transfer")["approval"] == "void"  # the payload changed
+    with pytest.raises(Conflict, match="grant_superseded"):
+        services.execution_run(
+            execution_id=held.pk, token=token_for(GrantClaims(**grant.claims)), actor="test"
+        )
+
+
+# ---- approving the whole call -------------------------------------------------------------------------
+
+
+def test_approving_the_call_settles_its_approvals_and_grants_it(
+    carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    record = ready(held, carol, django_capture_on_commit_callbacks)
+    assert review_services.pending_call_approvals(record) == (
+        ["approval:large_transfer", "approval:label-2"],
+        None,
+    )
+
+    stored = review_services.execution_approve(
+        execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
+    )
+
+    assert stored.verdict == "execute"
+    assert models.Grant.objects.filter(record=stored, used_at__isnull=True).exists()
+    approvals = models.Approval.objects.filter(execution=held, slot_key__startswith="approval:")
+    assert {a.value_digest for a in approvals} == {value_digest(record["payload_digest"])}
+
+
+def test_approving_a_call_that_is_not_ready_is_refused(carol: User, held: models.Execution) -> None:
+    with pytest.raises(Conflict, match="not_ready: the verdict is ask"):
+        review_services.execution_approve(
+            execution_id=held.pk, payload_digest_seen=latest(held)["payload_digest"], approver=carol
+        )
+
+
+def test_approving_another_payload_than_the_one_shown_is_refused(
+    carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    ready(held, carol, django_capture_on_commit_callbacks)
+
+    with pytest.raises(Conflict, match="stale_value"):
+        review_services.execution_approve(
+            execution_id=held.pk, payload_digest_seen="sha256:0", approver=carol
+        )
+
+
+def test_the_requester_cannot_approve_the_call(
+    carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    record = ready(held, carol, django_capture_on_commit_callbacks)
+
+    with pytest.raises(Conflict, match="own_request"):
+        review_services.execution_approve(
+            execution_id=held.pk,
+            payload_digest_seen=record["payload_digest"],
+            approver=person("alice", "approver"),
+        )
+
+
+def test_an_expired_grant_is_issued_again_for_the_same_record(
+    carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    record = ready(held, carol, django_capture_on_commit_callbacks)
+    stored = review_services.execution_approve(
+        execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
+    )
+    models.Grant.objects.filter(record=stored).update(expires_at=datetime(2000, 1, 1, tzinfo=UTC))
+
+    again = review_services.execution_approve(
+        execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
+    )
+
+    assert again.pk == stored.pk  # no new preflight: the same record, a fresh grant
+    assert models.Grant.objects.filter(record=stored).count() == 2
+    assert review_services.live_grant(stored) is not None
+
+
+def test_pending_call_approvals_names_what_still_stands_in_the_way() -> None:
+    def record(**kw: Any) -> dict[str, Any]:
+        base = {"verdict": "hold", "unmet": [], "payload_valid": True, "slots": []}
+        return {**base, **kw}
+
+    call = {"key": "approval:x", "status": "unknown", "approval": "required"}
+    confirm = {"key": "arg:to", "status": "known", "approval": "required"}
+    missing = {"key": "arg:from", "status": "unknown", "route": "ask_user"}
+    assert review_services.pending_call_approvals(record(slots=[call])) == (["approval:x"], None)
+    assert review_services.pending_call_approvals(record(slots=[call, confirm]))[1] == (
+        "arg:to awaits approval of its value"
+    )
+    assert review_services.pending_call_approvals(record(slots=[call, missing]))[1] == (
+        "arg:from is unresolved (ask_user)"
+    )
+    assert review_services.pending_call_approvals(record(slots=[call], unmet=[{"id": "c"}]))[1] == (
+        "a condition is unmet"
+    )
+    assert review_services.pending_call_approvals(record(slots=[call], payload_valid=None))[1] == (
+        "the payload is not complete and valid yet"
+    )
+    assert review_services.pending_call_approvals(record(slots=[]))[1] == (
+        "nothing awaits an approval of the whole call"
+    )
+
+
+# ---- rejecting ----------------------------------------------------------------------------------------
+
+
+def test_a_rejection_is_recorded_as_a_block_with_the_reason(carol: User, held: models.Execution) -> None:
+    rejection = review_services.execution_reject(execution_id=held.pk, reason=" not on file ", reviewer=carol)
+
+    assert rejection.reason == "not on file"
+    record = latest(held)
+    assert record["verdict"] == "block"
+    assert record["reasons"] == ["rejected by user:carol: not on file"]
+    decision = slot(record, review_services.REJECTED_SLOT)
+    assert (decision["met"], decision["source"], decision["pointer"]) == (
+        False,
+        "reviewer",
+        {"by": "user:carol"},
+    )
+    assert slot(record, "arg:to_account")["value"] == BOB  # the record as it stood, plus the decision
+    assert records.record_body_digest(record) == record["record_digest"]
+    assert models.AuditEvent.objects.filter(kind="rejection", body__reason="not on file").exists()
+    assert verify_all().ok
+
+
+def test_a_rejection_is_final(
+    carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    record = ready(held, carol, django_capture_on_commit_callbacks)
+    stored = review_services.execution_approve(
+        execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
+    )
+    token = token_for(GrantClaims(**models.Grant.objects.get(record=stored).claims))
+
+    review_services.execution_reject(execution_id=held.pk, reason="fraud suspected", reviewer=carol)
+
+    # No later answer, lookup or approval gives it another verdict, and the grant it had is dead.
+    with pytest.raises(Conflict, match="rejected"):
+        services.execution_answer(
+            execution_id=held.pk,
+            answers={"arg:memo": "y"},
+            answered_by="user:alice",
+            channel="agent",
+            actor="t",
+        )
+    with pytest.raises(Conflict, match="rejected"):
+        services.execution_repreflight(execution_id=held.pk, trigger="lookups")
+    with pytest.raises(Conflict, match="grant_superseded"):
+        services.execution_run(execution_id=held.pk, token=token, actor="test")
+    with pytest.raises(Conflict, match="already_rejected"):
+        review_services.execution_reject(execution_id=held.pk, reason="again", reviewer=carol)
+    assert latest(held)["verdict"] == "block"
+    assert not models.Answer.objects.filter(value="y").exists()
+
+
+def test_a_rejection_needs_a_reason(carol: User, held: models.Execution) -> None:
+    with pytest.raises(BadInput, match="reason"):
+        review_services.execution_reject(execution_id=held.pk, reason="   ", reviewer=carol)
+    assert latest(held)["verdict"] == "ask"
+
+
+# ---- what the models derive ---------------------------------------------------------------------------
+
+
+def test_executions_of_one_conversation_share_a_key(held: models.Execution) -> None:
+    twin = review_data.held_transfer()
+    other_person = review_data.held_transfer(principal="user:bob")
+    other_words = review_data.held_transfer(amount=99)
+
+    assert twin.conversation_key == held.conversation_key
+    assert other_person.conversation_key != held.conversation_key
+    assert other_words.conversation_key != held.conversation_key
+
+
+def test_records_carry_their_routes_gaps_and_unknown_count(held: models.Execution) -> None:
+    stored = models.PreflightRecord.objects.get(execution=held)
+
+    assert stored.routes == " ask_user hold "
+    assert stored.gap_classes == " user_gap "
+    assert stored.unknown_count == stored.record["unknown_count"] == 6
+    held.refresh_from_db()  # the execution carries its latest record's summary, as it carries its verdict
+    assert (held.routes, held.gap_classes, held.unknown_count) == (" ask_user hold ", " user_gap ", 6)
+    review_services.execution_reject(execution_id=held.pk, reason="no", reviewer=person("carol", "approver"))
+    held.refresh_from_db()
+    assert (held.verdict, held.routes) == ("block", " ask_user hold ")
+
+
+# ---- grant_role ---------------------------------------------------------------------------------------
+
+
+def test_grant_role_creates_the_group_and_adds_the_user(db: None) -> None:
+    user = User.objects.create_user("dora")
+    out = StringIO()
+
+    call_command("grant_role", "dora", "auditor", stdout=out)
+
+    assert "dora: role auditor granted" in out.getvalue()
+    assert list(user.groups.values_list("name", flat=True)) == ["auditor"]
+    call_command("grant_role", "dora", "auditor", "--revoke", stdout=out)
+    assert not user.groups.exists()
+    assert Group.objects.filter(name="auditor").exists()
+
+
+def test_grant_role_refuses_unknown_users_and_roles(db: None) -> None:
+    with pytest.raises(CommandError, match="no user 'nobody'"):
+        call_command("grant_role", "nobody", "approver")
+    User.objects.create_user("dora")
+    with pytest.raises(CommandError, match="invalid choice: 'admin'"):
+        call_command("grant_role", "dora", "admin")
+
+
+# ---- the rows and the conversation marks --------------------------------------------------------------
+
+
+def test_rows_name_each_source_in_words() -> None:
+    observed_at = "2026-01-01T12:00:00+00:00"
+    record = {
+        "slots": [
+            {
+                "key": "arg:a",
+                "status": "known",
+                "value": 1,
+                "source": "user_answer",
+                "pointer": {"answer": "answer-7"},
+            },
+            {
+                "key": "arg:b",
+                "status": "known",
+                "value": "x",
+                "source": "preset",
+                "pointer": {"preset": "preset-3"},
+            },
+            {
+                "key": "arg:c",
+                "status": "known",
+                "value": 5,
+                "source": "observed",
+                "pointer": {"observation": "observation-1", "measure": "m", "observed_at": observed_at},
+            },
+            {
+                "key": "arg:d",
+                "status": "known",
+                "value": "y",
+                "source": "prior_state",
+                "pointer": {"record": "1234abcd-0000#4", "slot": "arg:d"},
+            },
+            {
+                "key": "arg:e",
+                "status": "unknown",
+                "route": "measure",
+                "findings": [
+                    {
+                        "source": "observed",
+                        "outcome": "no_result",
+                        "detail": "stale: observed 90s ago, max age 60s",
+                    }
+                ],
+            },
+        ]
+    }
+    ctx = Context(
+        now=datetime(2026, 1, 1, 12, 0, 40, tzinfo=UTC), answers={"answer-7": ("reviewer", "user:carol")}
+    )
+
+    rows = {r.key: r for r in slot_rows(record, ctx)}
+
+    assert rows["arg:a"].source == "reviewer answer · user:carol"
+    assert rows["arg:b"].source == "preset #3"
+    assert rows["arg:c"].source == "observed 12:00:00 · 40 s ago"
+    assert (
+        rows["arg:d"].source == "prior record 1234abcd#4"
+        and rows["arg:d"].source_href == "/executions/1234abcd-0000/"
+    )
+    assert "stale" in rows["arg:e"].css and rows["arg:e"].flags[0].text.startswith("stale: observed 90s ago")
+
+
+def test_overlapping_pointers_cut_the_turn_into_marked_segments() -> None:
+    request = {"conversation": [{"role": "user", "content": "pay 120 to Bob now", "trusted": True}]}
+    rows = [
+        SlotRow("arg:amount", "amount", "value", "known", "120", spans="0:4:7"),
+        SlotRow("arg:what", "what", "value", "known", "", spans="0:0:10"),
+        SlotRow("arg:memo", "memo", "value", "unknown", "", spans="0:11:14"),  # a pointer that did not hold
+    ]
+
+    [turn] = conversation(request, rows)
+
+    assert [(s.text, s.spans, s.css) for s in turn.segments] == [
+        ("pay ", "0:0:10", "found"),
+        ("120", "0:0:10 0:4:7", "found"),
+        (" to", "0:0:10", "found"),
+        (" ", "", ""),
+        ("Bob", "0:11:14", "claimed"),
+        (" now", "", ""),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "schema", "value"),
+    [
+        ("00123", {"type": "string"}, "00123"),
+        ("120", {"type": "number"}, 120),
+        ("true", {"type": "boolean"}, True),
+        ('{"a": 1}', {"type": "object"}, {"a": 1}),
+        ("plain words", {}, "plain words"),
+        ("42", {}, 42),
+        ("n/a", {"type": ["number", "string"]}, "n/a"),
+    ],
+)
+def test_an_edit_is_read_by_the_declared_type(text: str, schema: dict[str, Any], value: Any) -> None:
+    assert parse_edit(text, schema) == value
+
+
+def test_an_edit_that_does_not_read_as_its_type_is_refused() -> None:
+    with pytest.raises(ValueError, match="expected number"):
+        parse_edit("a lot", {"type": "number"})
+
+
+def test_an_agent_answering_a_rejected_execution_is_told_it_was_rejected(
+    carol: User, held: models.Execution
+) -> None:
+    from rest_framework.test import APIClient
+
+    _, token = services.agent_token_create(name="agent")
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    review_services.execution_reject(execution_id=held.pk, reason="not on file", reviewer=carol)
+
+    read = agent.get(f"/api/v1/executions/{held.pk}")
+    answered = agent.post(
+        f"/api/v1/executions/{held.pk}/answers", {"answers": {"arg:from_account": ALICE_MAIN}}, format="json"
+    )
+
+    assert read.json()["verdict"] == "block"
+    assert read.json()["reasons"] == ["rejected by user:carol: not on file"]
+    assert answered.status_code == 409
+    assert answered.json()["error"] == "rejected"
