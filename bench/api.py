@@ -48,7 +48,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -227,13 +229,32 @@ def stop_gunicorn(proc: subprocess.Popen[bytes]) -> None:
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(server_pgid: int) -> dict[int, tuple[str, float]]:
-    """pid -> (group, CPU seconds so far) for gunicorn (its process group) and PostgreSQL (every postgres
-    process), read from /proc so per-request figures show where the cores went. Linux only (else empty)."""
+MACHINE = -1  # the key of the whole machine's busy time in a cpu_seconds() snapshot
+CpuProbe = Callable[[], dict[int, tuple[str, float]]]
+
+
+def postgres_pids(db: str) -> set[int]:
+    """The backends serving the bench's database, and PostgreSQL's own background processes (WAL writer,
+    checkpointer, ...), which work for every commit; not the backends of other databases."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s OR backend_type <> 'client backend'", [db]
+        ).fetchall()
+    return {int(pid) for (pid,) in rows}
+
+
+def cpu_seconds(server_pgid: int, db: str) -> dict[int, tuple[str, float]]:
+    """pid -> (group, CPU seconds so far) for gunicorn (its process group), PostgreSQL (see postgres_pids)
+    and this client, plus the whole machine's busy time under MACHINE, read from /proc so that per-request
+    figures show where the cores went (and whether something else was using them). Linux only (else empty).
+    The bench keeps database connections for its whole run, so no backend it used has exited uncounted."""
     out: dict[int, tuple[str, float]] = {}
     proc = Path("/proc")
     if not proc.is_dir():
         return out
+    pg = postgres_pids(db)
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -243,21 +264,28 @@ def cpu_seconds(server_pgid: int) -> dict[int, tuple[str, float]]:
             continue
         comm = raw[raw.index("(") + 1 : raw.rindex(")")]
         fields = raw[raw.rindex(")") + 2 :].split()
-        pgrp, used = int(fields[2]), (int(fields[11]) + int(fields[12])) * _TICK_S
+        pid, pgrp, used = int(entry.name), int(fields[2]), (int(fields[11]) + int(fields[12])) * _TICK_S
         if pgrp == server_pgid:
-            out[int(entry.name)] = ("server", used)
-        elif comm == "postgres" or comm.startswith("postgres:"):
-            out[int(entry.name)] = ("postgres", used)
+            out[pid] = ("server", used)
+        elif pid in pg and (comm == "postgres" or comm.startswith("postgres:")):
+            out[pid] = ("postgres", used)
     out[os.getpid()] = ("load generator", time.process_time())
+    # user nice system idle iowait irq softirq steal: everything but idle and iowait is busy.
+    ticks = [int(x) for x in (proc / "stat").read_text().split("\n", 1)[0].split()[1:9]]
+    out[MACHINE] = ("machine", (sum(ticks) - ticks[3] - ticks[4]) * _TICK_S)
     return out
 
 
 def cpu_per_request(
     before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], requests: int
 ) -> dict[str, float]:
+    """CPU ms per request by group, and `other` for what the rest of the machine used meanwhile."""
     used: Counter[str] = Counter()
     for pid, (group, secs) in after.items():
         used[group] += secs - before.get(pid, (group, 0.0))[1]
+    machine = used.pop("machine", None)
+    if machine is not None:
+        used["other"] = max(0.0, machine - sum(used.values()))
     return {group: round(secs * 1000 / max(1, requests), 2) for group, secs in sorted(used.items())}
 
 
@@ -398,7 +426,7 @@ async def one(client: Client, i: int, t_sched: float, results: Results | None, e
 
 
 async def open_loop(
-    client: Client, rate: float, duration_s: float, warmup_s: float, expect: str, pgid: int
+    client: Client, rate: float, duration_s: float, warmup_s: float, expect: str, cpu: CpuProbe
 ) -> Results:
     """Send at a fixed rate; warm-up requests are sent and discarded, the rest are measured."""
     results = Results()
@@ -414,7 +442,7 @@ async def open_loop(
             await asyncio.sleep(delay)
         if i == n_warm:
             results.started = t_sched
-            cpu_before = asyncio.create_task(asyncio.to_thread(cpu_seconds, pgid))
+            cpu_before = asyncio.create_task(asyncio.to_thread(cpu))
         task = asyncio.create_task(one(client, i, t_sched, results if i >= n_warm else None, expect))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -422,12 +450,12 @@ async def open_loop(
         await asyncio.wait(tasks)
     results.finished = time.perf_counter()
     if cpu_before is not None:
-        results.cpu_ms_per_request = cpu_per_request(await cpu_before, cpu_seconds(pgid), n)
+        results.cpu_ms_per_request = cpu_per_request(await cpu_before, cpu(), n)
     return results
 
 
 async def closed_loop(
-    client: Client, clients: int, duration_s: float, warmup_s: float, expect: str, pgid: int
+    client: Client, clients: int, duration_s: float, warmup_s: float, expect: str, cpu: CpuProbe
 ) -> Results:
     results = Results()
     counter = iter(range(10**9))
@@ -445,13 +473,13 @@ async def closed_loop(
 
     async def cpu_at_start() -> dict[int, tuple[str, float]]:
         await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
-        return await asyncio.to_thread(cpu_seconds, pgid)
+        return await asyncio.to_thread(cpu)
 
     cpu_before = asyncio.create_task(cpu_at_start())
     await asyncio.gather(*(loop() for _ in range(clients)))
     results.finished = time.perf_counter()
     results.cpu_ms_per_request = cpu_per_request(
-        await cpu_before, cpu_seconds(pgid), len(results.latencies_ms) + sum(results.errors.values())
+        await cpu_before, cpu(), len(results.latencies_ms) + sum(results.errors.values())
     )
     return results
 
@@ -490,9 +518,15 @@ def report(label: str, r: Results, offered: float | None = None) -> dict[str, An
         f"  max {row['max_ms']:7.2f} ms  (connections {r.max_connections})"
     )
     if r.cpu_ms_per_request:
-        cpu = ", ".join(f"{group} {ms:.2f}" for group, ms in r.cpu_ms_per_request.items())
-        busy = sum(r.cpu_ms_per_request.values()) * achieved / 1000 / (os.cpu_count() or 1)
-        print(f"{'':<28} CPU ms per request: {cpu}  (cores {busy:.0%} busy)")
+        ours = {group: ms for group, ms in r.cpu_ms_per_request.items() if group != "other"}
+        cpu = ", ".join(f"{group} {ms:.2f}" for group, ms in ours.items())
+        share = achieved / 1000 / (os.cpu_count() or 1)
+        busy = sum(ours.values()) * share
+        other = r.cpu_ms_per_request.get("other", 0.0) * share
+        print(
+            f"{'':<28} CPU ms per request: {cpu}  (cores {busy:.0%} busy with these,"
+            f" {other:.0%} elsewhere: kernel, other processes)"
+        )
     if r.errors:
         print(f"{'':<28} errors: {dict(r.errors)}")
     return row
@@ -547,6 +581,9 @@ def main() -> int:
         "PREFLIGHT_EAGER_TASKS": "false",
         "PREFLIGHT_CELERY_QUEUE": QUEUE,
         "PREFLIGHT_LOG_LEVEL": "WARNING",
+        # Connections for the whole run (production reconnects each minute, a negligible cost), so that the
+        # CPU of every PostgreSQL backend the run used is still there to be read at its end.
+        "PREFLIGHT_DB_CONN_MAX_AGE": "3600",
         "PREFLIGHT_DB_PREPARED_STATEMENTS": "false" if args.unprepared else "true",
     }
     expect = "ask" if args.scenario == "ask" else "measure"
@@ -566,13 +603,15 @@ def main() -> int:
     try:
         wait_ready(proc, port, log)
 
+        cpu = partial(cpu_seconds, proc.pid, args.db)
+
         async def run() -> None:
             client = Client(port, token, bodies, args.max_connections)
             try:
-                r = await open_loop(client, args.rate, args.duration, args.warmup, expect, proc.pid)
+                r = await open_loop(client, args.rate, args.duration, args.warmup, expect, cpu)
                 rows.append(report("open loop", r, args.rate))
                 for rate in args.sweep:
-                    r = await open_loop(client, rate, args.duration, 2.0, expect, proc.pid)
+                    r = await open_loop(client, rate, args.duration, 2.0, expect, cpu)
                     sweep.append(report(f"open loop at {rate:g}/s", r, rate))
                 if args.closed_clients > 0:
                     r = await closed_loop(
@@ -581,7 +620,7 @@ def main() -> int:
                         args.closed_duration,
                         min(args.warmup, 3.0),
                         expect,
-                        proc.pid,
+                        cpu,
                     )
                     rows.append(report(f"closed loop, {args.closed_clients} clients", r))
             finally:
