@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import ALICE_MAIN, ALICE_SAVINGS, BOB, GET_BALANCE, TRANSFER, WIRE
-from rest_framework.test import APIClient
+from console_helpers import GET_BALANCE, TRANSFER, WIRE, Agent, Downstream, make_agent
 
 from console import celery_app, connectors, services, signing
 
@@ -33,29 +31,6 @@ def _eager_lookups(request: pytest.FixtureRequest) -> Iterator[None]:
     celery_app.conf.task_always_eager = before
 
 
-class Downstream:
-    """The bank's side of the gate: counts the calls that actually arrived."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.balances = {ALICE_MAIN: 2500.0, ALICE_SAVINGS: 10000.0, BOB: 300.0}
-        self.lookups = 0
-        self.fail_with: Exception | None = None
-
-    def transfer(self, **arguments: Any) -> dict[str, Any]:
-        with self.lock:
-            self.calls.append(arguments)
-        if self.fail_with is not None:
-            raise self.fail_with
-        return {"transfer_id": f"t{len(self.calls)}", "amount": arguments["amount"]}
-
-    def balance(self, account: str) -> float:
-        with self.lock:
-            self.lookups += 1
-        return self.balances[account]
-
-
 @pytest.fixture
 def downstream(monkeypatch: pytest.MonkeyPatch) -> Downstream:
     # Registrations are process-wide: each test gets its own registry and leaves nothing behind.
@@ -65,31 +40,6 @@ def downstream(monkeypatch: pytest.MonkeyPatch) -> Downstream:
     connectors.register_tool("bank", "transfer")(d.transfer)
     connectors.register_lookup("bank.balance")(d.balance)
     return d
-
-
-class Agent:
-    """An API client that sends JSON with a bearer token."""
-
-    def __init__(self, client: APIClient, token: str) -> None:
-        self.client = client
-        self.token = token
-
-    def post(self, path: str, data: Any = None, **kwargs: Any) -> Any:
-        kwargs.setdefault("format", "json")
-        return self.client.post(path, data, **kwargs)
-
-    def get(self, path: str, data: Any = None, **kwargs: Any) -> Any:
-        return self.client.get(path, data, **kwargs)
-
-    def delete(self, path: str, **kwargs: Any) -> Any:
-        return self.client.delete(path, **kwargs)
-
-
-def make_agent() -> Agent:
-    _, token = services.agent_token_create(name="test-agent")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return Agent(client, token)
 
 
 @pytest.fixture

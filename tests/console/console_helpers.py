@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
+
+from rest_framework.test import APIClient
+
+from console import services
 
 ALICE_MAIN = "DE89370400440532013000"
 ALICE_SAVINGS = "DE75512108001245126199"
@@ -97,3 +102,51 @@ def transfer_request(
         "action_name": span(text, "Send"),
         "timing": timing or {"mode": "immediate", "pointer": span(text, when)},
     }
+
+
+class Downstream:
+    """The bank's side of the gate: counts the calls that actually arrived."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.balances = {ALICE_MAIN: 2500.0, ALICE_SAVINGS: 10000.0, BOB: 300.0}
+        self.lookups = 0
+        self.fail_with: Exception | None = None
+
+    def transfer(self, **arguments: Any) -> dict[str, Any]:
+        with self.lock:
+            self.calls.append(arguments)
+        if self.fail_with is not None:
+            raise self.fail_with
+        return {"transfer_id": f"t{len(self.calls)}", "amount": arguments["amount"]}
+
+    def balance(self, account: str) -> float:
+        with self.lock:
+            self.lookups += 1
+        return self.balances[account]
+
+
+class Agent:
+    """An API client that sends JSON with a bearer token."""
+
+    def __init__(self, client: APIClient, token: str) -> None:
+        self.client = client
+        self.token = token
+
+    def post(self, path: str, data: Any = None, **kwargs: Any) -> Any:
+        kwargs.setdefault("format", "json")
+        return self.client.post(path, data, **kwargs)
+
+    def get(self, path: str, data: Any = None, **kwargs: Any) -> Any:
+        return self.client.get(path, data, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.client.delete(path, **kwargs)
+
+
+def make_agent() -> Agent:
+    _, token = services.agent_token_create(name="test-agent")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return Agent(client, token)

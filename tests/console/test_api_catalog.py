@@ -6,8 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import Agent
-from console_helpers import GET_BALANCE, TRANSFER, transfer_v2
+from console_helpers import GET_BALANCE, TRANSFER, Agent, transfer_v2
 
 from console import models
 

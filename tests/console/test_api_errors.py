@@ -6,8 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import Agent, Downstream
-from console_helpers import transfer_request
+from console_helpers import Agent, Downstream, transfer_request
 from rest_framework.test import APIClient
 
 from console import models

@@ -7,8 +7,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from conftest import Agent, Downstream
-from console_helpers import ALICE_MAIN, ALICE_SAVINGS, BOB, GET_BALANCE, span, transfer_request
+from console_helpers import (
+    ALICE_MAIN,
+    ALICE_SAVINGS,
+    BOB,
+    GET_BALANCE,
+    Agent,
+    Downstream,
+    span,
+    transfer_request,
+)
 
 from console import models, services
 

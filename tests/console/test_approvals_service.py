@@ -6,8 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import Agent, Downstream
-from console_helpers import BOB, TRANSFER, transfer_request
+from console_helpers import BOB, TRANSFER, Agent, Downstream, transfer_request
 from django.contrib.auth import get_user_model
 
 from console import models, services

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Agent, Downstream
-from console_helpers import TRANSFER, transfer_request
+from console_helpers import TRANSFER, Agent, Downstream, transfer_request
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError
 

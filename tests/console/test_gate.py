@@ -10,8 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from conftest import Agent, Downstream, make_agent
-from console_helpers import BOB, transfer_request, transfer_v2
+from console_helpers import BOB, Agent, Downstream, make_agent, transfer_request, transfer_v2
 from django.db import connections
 
 from console import models, services, signing

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Agent, Downstream
-from console_helpers import span, transfer_request
+from console_helpers import Agent, Downstream, span, transfer_request
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 

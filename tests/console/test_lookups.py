@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from conftest import Agent, Downstream
-from console_helpers import ALICE_MAIN, span, transfer_request
+from console_helpers import ALICE_MAIN, Agent, Downstream, span, transfer_request
 from kombu.exceptions import OperationalError
 
 from console import connectors, models, services, tasks
