@@ -3,6 +3,7 @@ and the tool never hears of it."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections import Counter
 from dataclasses import asdict
@@ -32,20 +33,17 @@ def run(agent: Agent, record: dict[str, Any], grant: str) -> Any:
 def forged(record: dict[str, Any], signer: GrantSigner | None = None, **claims: Any) -> str:
     """A grant signed for this execution with some claim changed (by our key unless another is given)."""
     grant = models.Grant.objects.get(execution_id=record["id"], record__seq=record["seq"])
-    fields = {**grant.claims, **claims}
-    token, _ = (signer or signing.signer()).issue(
-        execution_id=fields["execution_id"],
-        principal=fields["principal"],
-        server=fields["server"],
-        tool=fields["tool"],
-        contract_digest=fields["contract_digest"],
-        payload_digest=fields["payload_digest"],
-        record_digest=fields["record_digest"],
-        checklist_version=fields["checklist_version"],
-        now=datetime.now(UTC),
-        ttl_s=300,
-    )
-    return token
+    signer = signer or signing.signer()
+    issued_at = int(datetime.now(UTC).timestamp())
+    fields = {
+        **grant.claims,
+        "issued_at": issued_at,
+        "expires_at": issued_at + 300,
+        "nonce": secrets.token_urlsafe(18),
+        "key_id": signer.key_id,
+        **claims,
+    }
+    return signer.sign(GrantClaims(**fields))
 
 
 def assert_refused(response: Any, code: str, bank: Downstream) -> None:

@@ -277,3 +277,24 @@ def test_claims_are_immutable(signer: GrantSigner) -> None:
     _, claims = _issue(signer)
     with pytest.raises(AttributeError):
         claims.expires_at = 2**40  # type: ignore[misc]
+
+
+def test_signing_the_claims_of_an_issued_grant_again_gives_the_same_token(signer: GrantSigner) -> None:
+    token, claims = _issue(signer)
+    assert signer.sign(claims) == token
+
+
+def test_signed_claims_verify_and_a_changed_claim_gives_another_token(
+    signer: GrantSigner, keys: dict[str, Ed25519PublicKey]
+) -> None:
+    _, claims = _issue(signer)
+    changed = replace(claims, nonce="other")
+    token = signer.sign(changed)
+    assert token != signer.sign(claims)
+    assert verify_grant(token, keys=keys, expect=EXPECT, now=NOW) == changed
+
+
+def test_claims_naming_another_key_are_not_signed(signer: GrantSigner) -> None:
+    _, claims = _issue(GrantSigner.generate())
+    with pytest.raises(ValueError, match="claims name key"):
+        signer.sign(claims)
