@@ -3,6 +3,7 @@
     .venv/bin/python bench/engine.py            # full run
     .venv/bin/python bench/engine.py --quick    # fewer iterations
     .venv/bin/python bench/engine.py --profile  # also cProfile the synthetic tool and print the hotspots
+    .venv/bin/python bench/engine.py --repeat 5 # (b) as the best of 5 runs: steadier on a shared machine
 
 (a) every tool of the shared catalogs, each with a grounded request built from its schema (every required
     argument verified by a pointer into a trusted user turn, or answered): compile once, evaluate many.
@@ -64,16 +65,22 @@ def percentile(sorted_ns: list[int], q: float) -> float:
     return sorted_ns[k] / 1000
 
 
-def measure(call: Callable[[], Any], iterations: int, warmup: int) -> list[int]:
-    for _ in range(warmup):
-        call()
-    out = []
-    clock = time.perf_counter_ns
-    for _ in range(iterations):
-        t0 = clock()
-        call()
-        out.append(clock() - t0)
-    return out
+def measure(call: Callable[[], Any], iterations: int, warmup: int, repeat: int = 1) -> list[int]:
+    """Per-call times in ns; with `repeat` > 1, the run with the least total time (others' load only
+    ever adds time, so the fastest run is the closest to the machine's own speed)."""
+    best: list[int] = []
+    for _ in range(repeat):
+        for _ in range(warmup):
+            call()
+        out = []
+        clock = time.perf_counter_ns
+        for _ in range(iterations):
+            t0 = clock()
+            call()
+            out.append(clock() - t0)
+        if not best or sum(out) < sum(best):
+            best = out
+    return best
 
 
 def row(label: str, samples_ns: list[int]) -> str:
@@ -202,15 +209,15 @@ def synthetic() -> tuple[Any, ExecutionRequest, Evidence]:
         principal="user:alice",
         conversation=(Turn("user", text, trusted=True),),
         candidates=candidates,
-        action_name=Span(0, 10, 15),
-        timing=Timing("immediate", pointer=Span(0, 16, 19)),
+        action_name=Span(0, 7, 12),  # "do it"
+        timing=Timing("immediate", pointer=Span(0, 13, 16)),  # "now"
     )
     args = {"account": SYNTHETIC_VALUES["from_account"]}
     obs = Observation("balance", digest(args), NOW - timedelta(seconds=5), value=5000, id="obs-1")
     return plan, request, Evidence(now=NOW, observations={obs.key: obs})
 
 
-def bench_synthetic(iterations: int, warmup: int, profile: bool) -> None:
+def bench_synthetic(iterations: int, warmup: int, profile: bool, repeat: int = 1) -> None:
     t0 = time.perf_counter_ns()
     plan, request, evidence = synthetic()
     compile_us = (time.perf_counter_ns() - t0) / 1000
@@ -218,13 +225,17 @@ def bench_synthetic(iterations: int, warmup: int, profile: bool) -> None:
     if record.verdict != "execute":
         raise SystemExit(f"the synthetic tool did not execute: {record.verdict} {record.reasons}")
     slots = [s for s in record.slots if s.key.startswith(("arg:", "cond:"))]
-    samples = measure(lambda: preflight(plan, request, evidence), iterations, warmup)
+    samples = measure(lambda: preflight(plan, request, evidence), iterations, warmup, repeat)
     rate = len(samples) / (sum(samples) / 1e9)
-    print(f"(b) synthetic tool: {len(slots)} argument/condition slots, verdict {record.verdict}")
+    best = f", best of {repeat} runs" if repeat > 1 else ""
+    print(f"(b) synthetic tool: {len(slots)} argument/condition slots, verdict {record.verdict}{best}")
     print(HEADER)
     print(row("10-slot tool", samples))
-    also = measure(lambda: preflight(plan, request, evidence).to_json(), max(1, iterations // 4), warmup)
+    also = measure(
+        lambda: preflight(plan, request, evidence).to_json(), max(1, iterations // 4), warmup, repeat
+    )
     print(row("  + record.to_json()", also))
+    print(row("  record.to_json() alone", measure(record.to_json, max(1, iterations // 4), warmup, repeat)))
     print(f"    contract + plan compile: {compile_us:.0f} µs (once)")
     verdict = "met" if rate >= TARGET_PER_S else "MISSED"
     print(f"    target >= {TARGET_PER_S:,}/s per core: {verdict} ({rate:,.0f}/s)")
@@ -256,6 +267,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--profile", action="store_true", help="profile the synthetic tool even if on target")
+    parser.add_argument("--repeat", type=int, default=1, help="(b): report the fastest of this many runs")
     args = parser.parse_args()
     per_tool, synthetic_n = (20, 2_000) if args.quick else (100, 20_000)
     gc.collect()
@@ -263,7 +275,7 @@ def main() -> None:
     print(
         f"machine speed: a 5M-iteration Python add loop takes {calibrate():.2f} s (compare across machines)\n"
     )
-    bench_synthetic(synthetic_n, 500, args.profile)
+    bench_synthetic(synthetic_n, 500, args.profile, max(1, args.repeat))
     bench_catalogs(per_tool, 10)
 
 

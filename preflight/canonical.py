@@ -15,7 +15,7 @@ from typing import Any
 
 import rfc8785
 
-__all__ = ["canonical_json", "digest"]
+__all__ = ["canonical_json", "digest", "digest_written_as_is", "written_as_is"]
 
 # RFC 8785 numbers are IEEE 754 doubles; a larger int would be silently rounded by any other party.
 _INT_LIMIT = 2**53 - 1
@@ -29,15 +29,21 @@ def canonical_json(obj: object) -> bytes:
     representation would let two different values share a digest.
     """
     try:
-        plain, exact = _fast(obj)
+        # Most values (every record, every payload the engine builds) are already plain: then the encoder
+        # can read them as they are, and the copying walk below is skipped.
+        if written_as_is(obj):
+            plain, exact = obj, True
+        else:
+            plain, exact = _fast(obj)
     except (_NotPlain, RecursionError):
         # The slow walk names the offending location (and finds cycles) for the error message.
         _plain(obj, "$", set())
         raise AssertionError("the fast and the slow walk disagree") from None
     if exact:
-        # Without non-integral floats and astral-plane keys, sorted compact json.dumps is byte-for-byte
-        # RFC 8785 (same escapes, same key order), at a fraction of the pure-Python encoder's cost.
-        text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        # Without integral or extreme floats and astral-plane keys, sorted compact json.dumps is
+        # byte-for-byte RFC 8785 (same escapes, same key order), at a fraction of the pure-Python
+        # encoder's cost.
+        text = _encode(plain)
         try:
             return text.encode("utf-8")
         except UnicodeEncodeError:
@@ -49,6 +55,78 @@ def canonical_json(obj: object) -> bytes:
 
 class _NotPlain(Exception):
     pass
+
+
+# Cycles never reach the encoder (both walks before it recurse until RecursionError on one), so its own
+# circular-reference bookkeeping is pure cost.
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
+# JSONEncoder.encode builds a new C encoder on every call, which costs more than encoding a small value
+# (a payload, lookup arguments); this is the same C encoder with the same settings, built once.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODER = (
+    _c_make_encoder(
+        None,  # markers: no circular check
+        _ENCODER.default,
+        json.encoder.encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+    if _c_make_encoder is not None
+    else None
+)
+
+
+def _encode(obj: Any) -> str:
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(obj, 0))
+    return _ENCODER.encode(obj)
+
+
+def written_as_is(obj: Any) -> bool:
+    """True when json.dumps already writes `obj` exactly as RFC 8785: nothing but dicts (str keys, none
+    beyond the Basic Multilingual Plane), lists and tuples, holding exact str, bool, None, ints within
+    ±(2**53 - 1) and non-integral floats that Python and ECMAScript spell alike. False means "take the
+    copying walk", which also decides what is an error."""
+    t = type(obj)
+    if t is dict:
+        for key, value in obj.items():
+            if type(key) is not str or not (key.isascii() or max(map(ord, key)) <= 0xFFFF):
+                return False
+            vt = type(value)
+            if vt is str or vt is bool or value is None:
+                continue
+            if vt is dict or vt is list or vt is tuple:
+                if not written_as_is(value):
+                    return False
+            elif not _scalar_as_is(value):
+                return False
+        return True
+    if t is list or t is tuple:
+        for value in obj:
+            vt = type(value)
+            if vt is str or vt is bool or value is None:
+                continue
+            if vt is dict or vt is list or vt is tuple:
+                if not written_as_is(value):
+                    return False
+            elif not _scalar_as_is(value):
+                return False
+        return True
+    return t is str or t is bool or obj is None or _scalar_as_is(obj)
+
+
+def _scalar_as_is(value: Any) -> bool:
+    vt = type(value)
+    if vt is int:
+        return bool(-_INT_LIMIT <= value <= _INT_LIMIT)
+    # NaN and the infinities fail the range test; integral floats need rewriting (120.0 is written 120).
+    return vt is float and 1e-4 <= abs(value) < 1e16 and not value.is_integer()
 
 
 def _fast(obj: Any) -> tuple[Any, bool]:
@@ -99,6 +177,20 @@ def _fast(obj: Any) -> tuple[Any, bool]:
 def digest(obj: object) -> str:
     """`sha256:<hex>` over the canonical JSON of a value."""
     return "sha256:" + hashlib.sha256(canonical_json(obj)).hexdigest()
+
+
+def digest_written_as_is(obj: object) -> str:
+    """`digest(obj)` for a value whose every part that could be spelled differently from RFC 8785 (numbers,
+    object keys, non-dict mappings) the caller has already checked with `written_as_is`, e.g. a record
+    whose own fields are typed strings and whose foreign values were checked one by one.
+
+    Anything the encoder refuses (a non-JSON object, a lone surrogate) goes through `digest`, which names
+    it in its error."""
+    try:
+        data = _encode(obj).encode("utf-8")
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return digest(obj)
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _plain(obj: object, path: str, open_containers: set[int]) -> object:

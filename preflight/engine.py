@@ -76,6 +76,21 @@ class PropInfo:
     config: SlotConfig
     label: str
     labels: tuple[str, ...]
+    observed: bool = False  # "observed" is among its sources: it may read other arguments
+    confirm: bool = False  # "confirm" is among its labels
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """What a plan knows of one object node before any request."""
+
+    entries: tuple[tuple[str, Property, PropInfo], ...]  # in schema order
+    # Observed sources may read other arguments, so they are resolved after everything else.
+    resolve_order: tuple[tuple[str, Property, PropInfo], ...]
+    required: frozenset[str]  # the schema's required names and those a [required:...] label adds
+    # No branches, conditionals, dependencies or nested objects: only rules can add obligations, so the
+    # branch selection (and what it needs: grounded names, their values, answers) is skipped.
+    flat: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +106,8 @@ class Plan:
     label_approvals: tuple[Label, ...]
     arguments: frozenset[str]
     props: Mapping[str, PropInfo]
+    nodes: Mapping[str, NodePlan]  # by node location
+    notices: tuple[str, ...]
 
 
 _plans: _Bounded[tuple[str, str], Plan] = _Bounded(4096)
@@ -106,6 +123,8 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
     schema = contract.input_schema
     root = compile_object(schema) if schema is not None else None
     labels = contract.labels.labels
+    props = _prop_infos(contract, root, labels) if root is not None else {}
+    label_required = frozenset(lb.target for lb in labels if lb.tag == "required" and lb.target)
     plan = Plan(
         contract=contract,
         root=root,
@@ -113,14 +132,47 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
         rules=tuple(rules),
         checklist_version=f"{stamp};contract={contract.digest[7:19]}",
         fixed=FIXED_CHECKLIST,
-        label_required=frozenset(lb.target for lb in labels if lb.tag == "required" and lb.target),
+        label_required=label_required,
         label_confirm=frozenset(lb.target for lb in labels if lb.tag == "confirm" and lb.target),
         label_approvals=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
         arguments=_paths(root) if root is not None else frozenset(),
-        props=_prop_infos(contract, root, labels) if root is not None else {},
+        props=props,
+        nodes=_node_plans(root, props, label_required) if root is not None else {},
+        notices=(*contract.extension.notices, *(lb.text for lb in labels if lb.tag == "notice")),
     )
     _plans.put(key, plan)
     return plan
+
+
+def _node_plan(node: ObjectNode, props: Mapping[str, PropInfo], label_required: frozenset[str]) -> NodePlan:
+    entries = tuple((name, prop, props[prop.path]) for name, prop in node.properties.items())
+    return NodePlan(
+        entries=entries,
+        resolve_order=tuple(sorted(entries, key=lambda e: e[2].observed)),
+        required=frozenset(node.required)
+        | {name for name, prop, _ in entries if prop.path in label_required},
+        flat=not (
+            node.groups
+            or node.conditionals
+            or node.dependent_required
+            or any(prop.child is not None for _, prop, _ in entries)
+        ),
+    )
+
+
+def _node_plans(
+    root: ObjectNode, props: Mapping[str, PropInfo], label_required: frozenset[str]
+) -> dict[str, NodePlan]:
+    out: dict[str, NodePlan] = {}
+
+    def walk(node: ObjectNode) -> None:
+        out[node.location] = _node_plan(node, props, label_required)
+        for prop in node.properties.values():
+            if prop.child is not None:
+                walk(prop.child)
+
+    walk(root)
+    return out
 
 
 def _prop_infos(contract: ToolContract, root: ObjectNode, labels: Sequence[Label]) -> dict[str, PropInfo]:
@@ -137,7 +189,9 @@ def _prop_infos(contract: ToolContract, root: ObjectNode, labels: Sequence[Label
             tags = (("confirm",) if cfg.confirm or prop.path in confirm else ()) + (
                 ("required",) if prop.path in required else ()
             )
-            out[prop.path] = PropInfo(f"arg:{prop.path}", cfg, label, tags)
+            out[prop.path] = PropInfo(
+                f"arg:{prop.path}", cfg, label, tags, "observed" in cfg.sources, "confirm" in tags
+            )
             if prop.child is not None:
                 walk(prop.child)
 
@@ -180,6 +234,9 @@ class _Run:
         self.tool_source = tool_source
         self.now = evidence.now
         self.slots: list[SlotState] = []
+        # kept by add() as slots come in, so the verdict need not scan every slot again
+        self.unknown: list[SlotState] = []
+        self.confirms: list[SlotState] = []  # settled values still awaiting a person's approval
         self.gaps: list[Gap] = []
         self.unmet: list[Unmet] = []
         self.questions: list[Question] = []
@@ -202,6 +259,8 @@ class _Run:
                 arguments=plan.arguments,
             )
         ]
+        # argument paths the applicable rules make obligatory, beside the schema and the labels
+        self.rule_required = frozenset(r.arg for _, r in self.rules if r.kind == "require" and r.arg)
 
     # ---- sources ---------------------------------------------------------------------------------
 
@@ -221,9 +280,10 @@ class _Run:
         cand = self.request.candidates.get(path) if path is not None else None
         if cand is not None:
             res.candidate = cand.value
+        evidence = self.evidence
         for source in sources:
             if source == "user_answer":
-                a = self.answer(key)
+                a = evidence.answers.get(key)
                 if a is not None:
                     return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             elif source == "instruction":
@@ -248,7 +308,7 @@ class _Run:
                 res.unverified = True
                 continue
             elif source == "preset":
-                p = self.evidence.presets.get(key)
+                p = evidence.presets.get(key)
                 if p is not None:
                     return self._found(res, source, p.value, {"preset": p.id})
             elif source == "observed":
@@ -264,7 +324,7 @@ class _Run:
                     return self._found(res, source, obs.value, _observation_json(obs))
                 continue
             elif source == "prior_state":
-                prior = self.evidence.prior.get(key)
+                prior = evidence.prior.get(key)
                 if prior is not None:
                     return self._found(
                         res,
@@ -341,12 +401,17 @@ class _Run:
 
     def add(self, slot: SlotState) -> None:
         self.slots.append(slot)
+        if slot.status == "unknown":
+            self.unknown.append(slot)
+        elif slot.approval is not None and slot.approval != "approved" and slot.status == "known":
+            self.confirms.append(slot)
         if slot.gap is not None:
             self.gaps.append(Gap(slot.gap, slot.key, slot.detail or slot.label))
 
     def fixed_slots(self) -> None:
+        read_only = self.contract.read_only
         for ob in self.plan.fixed:
-            if self.contract.read_only and ob.key != "fixed:tool":
+            if read_only and ob.key != "fixed:tool":
                 continue  # trusted read-only tools pass without the intent part of the gate
             if ob.key == "fixed:tool":
                 self.add(
@@ -456,7 +521,7 @@ class _Run:
         return res
 
     def intent_slot(self, ob: FixedObligation, res: _Resolution) -> None:
-        label = {"fixed:action_name": "what should be done", "fixed:timing": "when it should happen"}[ob.key]
+        label = _INTENT_LABELS[ob.key]
         if ob.key == "fixed:timing" and res.status == "known":
             at = _timing_at(res.value)
             if at is _BAD:
@@ -542,13 +607,17 @@ class _Run:
                 )
             )
             return
-        extra = set(self.plan.label_required)
-        for _, rule in self.rules:
-            if rule.kind == "require" and rule.arg:
-                extra.add(rule.arg)
-        self.walk_node(self.plan.root, extra, present=True)
+        self.walk_node(self.plan.root, present=True)
 
-    def walk_node(self, node: ObjectNode, extra_required: set[str], present: bool) -> None:
+    def node_plan(self, node: ObjectNode) -> NodePlan:
+        found = self.plan.nodes.get(node.location)
+        if found is None:  # not a node the plan walk saw: work it out for this call
+            props = {p.path: self.info(p) for p in node.properties.values()}
+            found = _node_plan(node, props, self.plan.label_required)
+        return found
+
+    def walk_node(self, node: ObjectNode, present: bool) -> None:
+        np = self.node_plan(node)
         for item in node.unsupported:
             self.add(
                 SlotState(
@@ -563,12 +632,25 @@ class _Run:
                 )
             )
         resolutions: dict[str, _Resolution] = {}
-        evidence_names = [n for n, p in node.properties.items() if self.has_evidence(p)]
-        # Observed sources may read other arguments, so they are resolved after everything else.
-        for name in sorted(
-            evidence_names, key=lambda n: "observed" in self.config(node.properties[n]).sources
-        ):
-            resolutions[name] = self.resolve_prop(node.properties[name])
+        candidates = self.request.candidates
+        answers, presets, prior = self.evidence.answers, self.evidence.presets, self.evidence.prior
+        for name, prop, info in np.resolve_order:
+            key = info.key
+            if prop.path in candidates or key in answers or key in presets or key in prior:
+                resolutions[name] = self.resolve_prop(prop, info)
+        required = np.required
+        if self.rule_required:
+            required = required | {n for n, p, _ in np.entries if p.path in self.rule_required}
+        if np.flat:
+            # Nothing but the required names and the resolved ones makes a slot here.
+            for name, prop, info in np.entries:
+                res = resolutions.get(name)
+                if res is None:
+                    if name not in required:
+                        continue
+                    res = self.resolve_prop(prop, info)
+                self.arg_slot(prop, res, name in required, info)
+            return
         grounded = {n for n, r in resolutions.items() if r.status == "known"}
         # A nested object counts as grounded once any member of it is: that is what makes it present.
         grounded |= {
@@ -576,9 +658,7 @@ class _Run:
         }
         values = {n: resolutions[n].value for n in grounded if n in resolutions}
         branch_answers = self.branch_answers(node)
-        base_required = set(node.required) | {
-            n for n in node.properties if node.properties[n].path in extra_required
-        }
+        base_required = required
         expected = base_required | {
             n for n in node.properties if node.properties[n].path in self.request.candidates
         }
@@ -610,17 +690,17 @@ class _Run:
                     # Settled as one value: a whole object from a trusted answer, or an obligatory object
                     # whose members are all optional (someone still has to say what goes in it).
                     res = resolutions.get(name) or self.resolve_prop(prop)
-                    self.arg_slot(prop, res, required=name in required)
+                    self.arg_slot(prop, res, name in required)
                 elif name in required or members:
                     self.objects.append(prop.path)
-                    self.walk_node(child, extra_required, present=True)
+                    self.walk_node(child, present=True)
                 continue
             if name not in required and name not in resolutions:
                 continue
             if name in selection.waiting and name not in resolutions:
                 pass  # a discriminator still open: its own slot below asks for it
             res = resolutions.get(name) or self.resolve_prop(prop)
-            self.arg_slot(prop, res, required=name in required)
+            self.arg_slot(prop, res, name in required)
 
     def evidence_paths(self) -> set[str]:
         paths = set(self.request.candidates)
@@ -641,17 +721,20 @@ class _Run:
         found = self.plan.props.get(prop.path)
         if found is None:  # a property reached only through a branch the plan walk did not see
             cfg = self.contract.slot_config(prop.path)
-            found = PropInfo(f"arg:{prop.path}", cfg, cfg.label or prop.path.replace("_", " "), ())
+            found = PropInfo(
+                f"arg:{prop.path}",
+                cfg,
+                cfg.label or prop.path.replace("_", " "),
+                (),
+                "observed" in cfg.sources,
+            )
         return found
 
-    def config(self, prop: Property) -> SlotConfig:
-        return self.info(prop).config
-
-    def resolve_prop(self, prop: Property) -> _Resolution:
+    def resolve_prop(self, prop: Property, info: PropInfo | None = None) -> _Resolution:
         done = self.resolved.get(prop.path)
         if done is not None:
             return done
-        cfg = self.config(prop)
+        cfg = (info or self.info(prop)).config
         res = self.walk_sources(
             f"arg:{prop.path}", cfg.sources, path=prop.path, schema=prop.schema, config=cfg
         )
@@ -702,11 +785,13 @@ class _Run:
         )
         self.questions.append(Question(key, self.sanitize(text), {"enum": list(options)}, options))
 
-    def arg_slot(self, prop: Property, res: _Resolution, *, required: bool) -> None:
-        info = self.info(prop)
+    def arg_slot(
+        self, prop: Property, res: _Resolution, required: bool, info: PropInfo | None = None
+    ) -> None:
+        info = info or self.info(prop)
         cfg, key, label, labels = info.config, info.key, info.label, info.labels
         approval: Literal["approved", "void", "required"] | None = None
-        if "confirm" in labels and res.status == "known":
+        if info.confirm and res.status == "known":
             state = approval_state(self.evidence.approvals, key, res.value)
             approval = "approved" if state == "approved" else "void" if state == "void" else "required"
         if res.status != "unknown":
@@ -792,6 +877,8 @@ class _Run:
         for read in sorted(expr.reads):
             kind, _, target = read.partition(":")
             if kind == "arg":
+                if not self.unknown:
+                    continue  # every slot so far is settled, the arguments included
                 pending = [
                     s
                     for p, s in self.arg_slots.items()
@@ -993,9 +1080,7 @@ class _Run:
         for path, slot in self.arg_slots.items():
             if slot.status == "known" or (slot.status == "null" and self.required_path(path)):
                 _set_path(payload, path, slot.value)
-        complete = all(
-            s.status != "unknown" for s in self.slots if s.key.startswith(("arg:", "branch:", "schema:"))
-        )
+        complete = not any(s.key.startswith(("arg:", "branch:", "schema:")) for s in self.unknown)
         if not complete:
             return payload, None, ()
         validator = self.plan.validator
@@ -1026,10 +1111,7 @@ class _Run:
         full_digest = digest(payload) if payload is not None else None
         payload_digest = full_digest if valid else None
         self.approvals(payload_digest)
-        notices = (
-            *self.contract.extension.notices,
-            *(lb.text for lb in self.contract.labels.labels if lb.tag == "notice"),
-        )
+        notices = self.plan.notices
         verdict = self.count(valid, errors)
         questions = self.questions if verdict in ("ask", "hold", "deferred") else []
         measures = tuple(self.frontier.values()) if verdict == "measure" else ()
@@ -1050,7 +1132,7 @@ class _Run:
             payload_digest=full_digest,
             payload_valid=valid,
             payload_errors=errors,
-            unknown_count=sum(1 for s in self.slots if s.status == "unknown"),
+            unknown_count=len(self.unknown),
             reasons=tuple(self.reasons),
             evaluated_at=self.now.isoformat(),
             timing_at=self.timing_at.isoformat() if self.timing_at else None,
@@ -1059,7 +1141,7 @@ class _Run:
     def count(
         self, valid: bool | None, errors: tuple[str, ...]
     ) -> Literal["execute", "ask", "measure", "hold", "block", "deferred"]:
-        unknown = [s for s in self.slots if s.status == "unknown"]
+        unknown = self.unknown
         blocks = [u for u in self.unmet if u.on_false == "block"]
         holds = [
             s
@@ -1069,7 +1151,7 @@ class _Run:
         unmet_holds = [u for u in self.unmet if u.on_false == "hold"]
         asks = [s for s in unknown if s.route == "ask_user"]
         measures = [s for s in unknown if s.route == "measure"]
-        confirms = [s for s in self.slots if s.approval in ("required", "void") and s.status == "known"]
+        confirms = self.confirms
         approvals = [s for s in unknown if s.key.startswith("approval:")]
         if blocks:
             self.reasons.extend(f"blocked by {u.id}: {u.text}" for u in blocks)
@@ -1101,6 +1183,7 @@ _NO_RESULT = {
     source: Finding(source, "no_result")
     for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "contract")
 }
+_INTENT_LABELS = {"fixed:action_name": "what should be done", "fixed:timing": "when it should happen"}
 _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:action_name": {"type": "string", "minLength": 1},
     "fixed:timing": {"oneOf": [{"const": "immediate"}, {"type": "string", "format": "date-time"}]},
@@ -1150,6 +1233,9 @@ def _span_text(request: ExecutionRequest, span: Span) -> str | None:
 
 
 def _set_path(target: dict[str, Any], path: str, value: Any, *, keep: bool = False) -> None:
+    if "." not in path and not keep:
+        target[path] = value  # the common case, a top-level argument
+        return
     parts = path.split(".")
     for part in parts[:-1]:
         target = target.setdefault(part, {})

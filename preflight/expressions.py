@@ -50,6 +50,8 @@ class Expression:
     source: str
     reads: frozenset[str]
     program: Any = field(compare=False, repr=False, hash=False)
+    # The roots it reads: only these are handed to CEL, whose cost grows with the size of its input.
+    roots: frozenset[str] = field(default=frozenset(ROOTS), compare=False, repr=False, hash=False)
 
 
 def compile_expression(source: str) -> Expression:
@@ -75,7 +77,8 @@ def compile_expression(source: str) -> Expression:
     for root in names:
         if not any(read == root or read.startswith(f"{root}:") for read in reads):
             reads.add(_whole(root))
-    return Expression(source, frozenset(reads), program)
+    roots = frozenset(read.partition(":")[0] for read in reads)
+    return Expression(source, frozenset(reads), program, roots)
 
 
 def evaluate(
@@ -87,12 +90,17 @@ def evaluate(
     env: Mapping[str, Any] | None = None,
 ) -> bool:
     """The boolean value of `expr`; raises `ExpressionError` instead of guessing when it has none."""
-    context = {
-        "arg": _plain(args),
-        "measure": _plain(measures),
-        "principal": principal,
-        "env": _plain(env) if env is not None else {},
-    }
+    # A root the expression never names cannot change its value; converting it would be wasted work.
+    roots = expr.roots
+    context: dict[str, Any] = {}
+    if "arg" in roots:
+        context["arg"] = _plain(args)
+    if "measure" in roots:
+        context["measure"] = _plain(measures)
+    if "principal" in roots:
+        context["principal"] = principal
+    if "env" in roots:
+        context["env"] = _plain(env) if env is not None else {}
     try:
         result = expr.program.execute(context)
     except KeyError as error:

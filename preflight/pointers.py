@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from preflight.errors import RequestError
+from preflight.frozen import fast_init
 
 __all__ = [
     "REASONS",
@@ -47,6 +48,7 @@ class Span:
     end: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SpanCheck:
     """The outcome of reading a pointer. `text` is what the pointer covers, whether or not it verified."""
@@ -89,6 +91,7 @@ _MINUS_SIGNS: Final = "-\u2212"
 _SPACE_SEPARATORS: Final = "\u00a0\u2007\u2009\u202f"
 _GROUP_SPLIT: Final = re.compile(r"[,._']")
 _NUMBER_BODY: Final = re.compile(r"[0-9][0-9,._']*|[0-9]*[.,][0-9]+")
+_PLAIN_DECIMAL: Final = re.compile(r"-?[0-9]+\.[0-9]+")
 
 
 def is_instruction_turn(turn: Turn) -> bool:
@@ -142,8 +145,11 @@ def values_match(text: str, value: object, schema: Mapping[str, Any] | None = No
         return True
     if type(value) is int and text == str(value):
         return True
+    if type(value) is float and text == repr(value) and _PLAIN_DECIMAL.fullmatch(text):
+        return True  # Python's own spelling of it, digits and one point: what _parse_number reads back
     if isinstance(value, bool):
-        return _bool_matches(text, value)
+        # The listed words are already in normal form (lowercase ASCII letters and digits).
+        return text in (_TRUE_WORDS if value else _FALSE_WORDS) or _bool_matches(text, value)
     if isinstance(value, int | float):
         return _number_matches(text, value)
     if isinstance(value, str):
@@ -157,17 +163,19 @@ def values_match(text: str, value: object, schema: Mapping[str, Any] | None = No
 def _locate(conversation: Sequence[Turn], span: Span) -> tuple[str | None, str | None]:
     """(first failing location reason or None, covered text or None). Trust is judged after range."""
     turn_index = span.turn
-    # bool is an int subclass; a JSON `true` slipping through as turn 1 must not point anywhere.
-    if not _is_index(turn_index) or not 0 <= turn_index < len(conversation):
+    # `type(...) is int`: bool is an int subclass, and a JSON `true` slipping through as turn 1 must not
+    # point anywhere. The instruction-turn test is is_instruction_turn, inlined: this runs for every pointer.
+    if type(turn_index) is not int or not 0 <= turn_index < len(conversation):
         return "turn_out_of_range", None
     turn = conversation[turn_index]
     start, end = span.start, span.end
-    if not (_is_index(start) and _is_index(end)) or start < 0 or end > len(turn.content) or start >= end:
+    content = turn.content
+    if type(start) is not int or type(end) is not int or start < 0 or end > len(content) or start >= end:
         return "span_out_of_range", None
-    text = turn.content[start:end]
+    text = content[start:end]
     if turn.trusted is not True:
         return "untrusted_turn", text
-    if not is_instruction_turn(turn):
+    if turn.role not in _INSTRUCTION_ROLES:
         return "not_an_instruction_turn", text
     return None, text
 
@@ -209,11 +217,9 @@ def _items_schema(schema: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return items if isinstance(items, Mapping) else None
 
 
-def _is_index(n: object) -> bool:
-    return type(n) is int  # not bool, not an int subclass pretending to be an index
-
-
 def _is_verifiable_scalar(value: object) -> bool:
+    if type(value) is str or type(value) is int:
+        return True
     if isinstance(value, float):
         return math.isfinite(value)
     return isinstance(value, str | int)
@@ -248,7 +254,7 @@ def _str_matches(text: str, value: str, schema: Mapping[str, Any] | None) -> boo
     if not want:
         # Nothing left to compare: any stray punctuation would "hold" it.
         return False
-    got = _normal_text(text)
+    got = want if text == value else _normal_text(text)  # the same words need normalising only once
     if got == want:
         return True
     if any(c.isdigit() for c in want) and _compact(got) == _compact(want):

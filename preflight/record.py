@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .canonical import digest
+from .canonical import digest, digest_written_as_is, written_as_is
+from .frozen import fast_init
 
 __all__ = [
     "Finding",
@@ -24,6 +25,7 @@ GapClass = Literal["user_gap", "provider_gap", "source_gap", "implementation_gap
 Status = Literal["known", "null", "unknown"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Finding:
     source: str
@@ -40,6 +42,7 @@ class Finding:
         return out
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SlotState:
     key: str
@@ -93,6 +96,7 @@ class SlotState:
         return out
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Question:
     slot: str
@@ -107,6 +111,7 @@ class Question:
         return out
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Gap:
     cls: GapClass
@@ -117,6 +122,7 @@ class Gap:
         return {"class": self.cls, "slot": self.slot, "detail": self.detail}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Unmet:
     id: str
@@ -127,6 +133,7 @@ class Unmet:
         return {"id": self.id, "on_false": self.on_false, "text": self.text}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MeasureRequest:
     """One lookup whose inputs are settled: the caller runs a frontier of these in parallel."""
@@ -145,6 +152,7 @@ class MeasureRequest:
         return {"measure": self.measure, "lookup": self.lookup, "args": dict(self.args), "key": self.key}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Record:
     verdict: Verdict
@@ -201,9 +209,39 @@ class Record:
 
     def digest(self) -> str:
         # Computed on demand: evaluating a preflight should not pay for hashing a record nobody stores.
-        return digest(self.body())
+        return _body_digest(self.body())
 
     def to_json(self) -> dict[str, Any]:
         out = self.body()
-        out["record_digest"] = self.digest()
+        out["record_digest"] = _body_digest(out)
         return out
+
+
+def _body_digest(body: dict[str, Any]) -> str:
+    """digest(body), without walking the parts whose JSON is canonical by their types.
+
+    The record's own fields are strings, booleans, None, tuples of strings and one int, all written by
+    json.dumps exactly as RFC 8785 writes them; only values that came from outside (argument values and
+    candidates, pointers, question schemas, lookup arguments, the payload) can hold a number or a key that
+    RFC 8785 spells differently. Those are checked one by one; if any is not plain, the whole body takes
+    the general path.
+    """
+    if not (written_as_is(body["unknown_count"]) and written_as_is(body["payload"])):
+        return digest(body)
+    for slot in body["slots"]:
+        if not (written_as_is(slot["value"]) and written_as_is(slot["pointer"])):
+            return digest(body)
+        candidate = slot.get("candidate")
+        if candidate is not None and not written_as_is(candidate):
+            return digest(body)
+        for finding in slot["findings"]:
+            pointer = finding.get("pointer")
+            if pointer is not None and not written_as_is(pointer):
+                return digest(body)
+    for question in body["questions"]:
+        if not written_as_is(question["schema"]):
+            return digest(body)
+    for measure in body["measures"]:
+        if not written_as_is(measure["args"]):
+            return digest(body)
+    return digest_written_as_is(body)

@@ -112,6 +112,8 @@ def _compile(schema: Any, formats: jsonschema.FormatChecker) -> Check:
         if key in _ANNOTATIONS:
             continue
         checks.append(_keyword(key, value, schema, formats))
+    if len(checks) == 1:
+        return checks[0]
 
     def check(x: Any) -> bool:
         # a plain loop: measurably cheaper than all() over a generator on this hot path
@@ -129,13 +131,26 @@ def _keyword(key: str, value: Any, schema: Mapping[str, Any], formats: jsonschem
         if not isinstance(names, list) or any(n not in _TYPES for n in names):
             raise _Unsupported
         tests = [_TYPES[n] for n in names]
+        if len(tests) == 1:
+            return tests[0]
         return lambda x: any(t(x) for t in tests)
     if key == "properties":
-        compiled = {name: _compile(sub, formats) for name, sub in value.items()}
-        return lambda x: type(x) is not dict or all(c(x[n]) for n, c in compiled.items() if n in x)
+        compiled = tuple((name, _compile(sub, formats)) for name, sub in value.items())
+
+        def properties(x: Any) -> bool:
+            if type(x) is not dict:
+                return True
+            for name, c in compiled:  # noqa: SIM110  (a plain loop, as in check() above)
+                if name in x and not c(x[name]):
+                    return False
+            return True
+
+        return properties
     if key == "required":
-        names = list(value)
-        return lambda x: type(x) is not dict or all(n in x for n in names)
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise _Unsupported
+        names = frozenset(value)
+        return lambda x: type(x) is not dict or names <= x.keys()
     if key == "additionalProperties":
         known = set(schema.get("properties") or {})
         if "patternProperties" in schema:
@@ -179,5 +194,18 @@ def _keyword(key: str, value: Any, schema: Mapping[str, Any], formats: jsonschem
             raise _Unsupported from None
         return lambda x: type(x) is not str or regex.search(x) is not None
     if key == "format":
-        return lambda x: formats.conforms(x, value)
+        if not isinstance(value, str):
+            raise _Unsupported
+        if value not in formats.checkers:
+            return lambda x: True  # an unknown format is an annotation
+        # FormatChecker.conforms without its per-call lookup and its FormatError on every failure.
+        func, raises = formats.checkers[value]
+
+        def conforms(x: Any) -> bool:
+            try:
+                return bool(func(x))
+            except raises:
+                return False
+
+        return conforms
     raise _Unsupported
