@@ -17,7 +17,8 @@ Two paths, both printed:
   agent API in this process (POST /api/v1/executions), Redis, and a `celery -A console worker` subprocess
   (threads pool, concurrency 10: the machine has 2 cores and lookups mostly wait) running HTTP measures
   against a loopback server in this process that answers each after 100 ms. The wall time runs from just
-  before the POST to the commit of the final record (its created_at, written by the worker).
+  before the POST to the commit of the final record (its created_at, written by the worker). It also prints
+  the CPU one run costs the worker and this process: steadier than wall time on a shared machine.
 """
 
 from __future__ import annotations
@@ -227,6 +228,9 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
             pool=pool,
         )
         worker.start()
+        assert worker.proc is not None
+        worker_pid = worker.proc.pid
+        cpu_from = cpu_seconds(worker_pid), time.process_time()
 
         body = request_body()
         walls: list[float] = []
@@ -235,6 +239,8 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
             server.reset()
             server.answer("bench.account", account_of, delay_s=LOOKUP_S)
             server.answer("bench.balance", lambda args: 1000, delay_s=LOOKUP_S)
+            if i == 1:  # after the warm-up run
+                cpu_from = cpu_seconds(worker_pid), time.process_time()
             started_at, started = datetime.now(UTC), time.monotonic()
             response = client.post("/api/v1/executions", body, format="json")
             posted = time.monotonic()
@@ -263,8 +269,15 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
             if i:
                 walls.append(wall)
                 timelines.append((wall, timeline))
+        worker_cpu = (cpu_seconds(worker_pid) - cpu_from[0]) / max(1, runs)
+        here_cpu = (time.process_time() - cpu_from[1]) / max(1, runs)
         timelines.sort()
-        return walls, [timelines[len(timelines) // 2][1]]
+        return walls, [
+            timelines[len(timelines) // 2][1],
+            # CPU a run costs: on a loaded machine a steadier figure than wall time. "This process" is the
+            # API, the loopback measure server and the loop that waits for the verdict.
+            f"CPU per run: worker {ms(worker_cpu)}, this process {ms(here_cpu)}",
+        ]
     finally:
         if worker is not None:
             worker.stop()
@@ -275,6 +288,12 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
         from integration_support import forget_queue
 
         forget_queue(redis_url, queue)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its threads so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _window(calls: list[Any], started: float) -> tuple[float, float, float]:
@@ -308,8 +327,9 @@ def main() -> None:
         return
     walls, timelines = celery_runs(args.runs, args.pool, args.concurrency, args.redis)
     print(verdict_line(f"celery ({args.pool}, concurrency {args.concurrency})", walls))
-    for line in timelines:
-        print(f"    median run: {line}")
+    median, cpu = timelines
+    print(f"    median run: {median}")
+    print(f"    {cpu}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console.models import AuditEvent
+from console.records import insert_rows
 from preflight.canonical import digest
 
 GENESIS = "sha256:" + "0" * 64
@@ -88,7 +89,7 @@ def _write(events: list[AuditEvent]) -> None:
             created_at=event.created_at,
             prev_hash=event.prev_hash,
         )
-    AuditEvent.objects.bulk_create(events)
+    insert_rows(events)
 
 
 _batches = threading.local()

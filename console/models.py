@@ -120,11 +120,20 @@ class RuleSet(models.Model):
 
 
 class AgentToken(models.Model):
+    """An agent's credential for the API. It sees only the executions it created; `principals`, when not
+    empty, are the only principals it may submit for (empty: any principal, as before restrictions)."""
+
     name = models.CharField(max_length=200)
     token_sha256 = models.CharField(max_length=64, unique=True)  # the token itself is never stored
     prefix = models.CharField(max_length=16)  # enough to recognise a token in a list
+    # A JSON list of principal strings rather than a table: read with the token in the one query that
+    # authenticates every API request.
+    principals = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def may_act_for(self, principal: str) -> bool:
+        return not self.principals or principal in self.principals
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

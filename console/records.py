@@ -1,16 +1,19 @@
 """The ORM edge: engine values built from rows (contracts, rules, evidence) and the record answer built back.
 
-Nothing here writes. Engine objects that are costly to build and never change for a given digest
-(contracts, checklists) are cached per process.
+Nothing here writes but `insert_rows`, the services' fast INSERT. Engine objects that are costly to build
+and never change for a given digest (contracts, checklists) are cached per process.
 """
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
+
+from django.db import connection
 
 from console import models
 from preflight import (
@@ -56,14 +59,70 @@ def engine_contract(row: models.ToolContract) -> ToolContract:
     return found
 
 
+def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Rows of one read on the hot path, in plain SQL: the ORM spends more CPU building a small indexed query
+    than PostgreSQL spends running it (bench/api.py). JSON columns come back as text; see `json_value`."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def json_value(raw: Any) -> Any:
+    # Django's PostgreSQL backend loads jsonb as text (JSONField decodes it); SQLite gives text too.
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def table(model: type[Any]) -> str:
+    return str(connection.ops.quote_name(model._meta.db_table))
+
+
+_inserts: dict[tuple[type[Any], int, str], tuple[str, list[Any], Any]] = {}
+
+
+def insert_rows(objs: Sequence[Any]) -> None:
+    """INSERT new model instances of one model in one statement, like `bulk_create` (no save(), no signals)
+    but with the SQL built once per model and row count instead of on every call: on the create path Django
+    spent more CPU compiling its four INSERTs than PostgreSQL spent running them (bench/api.py). Fills
+    auto_now fields and an auto primary key, and marks the instances as saved. For services to call only."""
+    model = type(objs[0])
+    key = (model, len(objs), connection.vendor)
+    built = _inserts.get(key)
+    if built is None:
+        meta = model._meta
+        auto_pk = meta.pk if meta.pk.get_internal_type().endswith("AutoField") else None
+        fields = [f for f in meta.concrete_fields if f is not auto_pk]
+        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        sql = (
+            f"INSERT INTO {table(model)} ({', '.join(connection.ops.quote_name(f.column) for f in fields)})"
+            f" VALUES {', '.join([row] * len(objs))}"
+            + (f" RETURNING {connection.ops.quote_name(auto_pk.column)}" if auto_pk is not None else "")
+        )
+        built = _inserts[key] = (sql, fields, auto_pk)
+    sql, fields, auto_pk = built
+    for obj in objs:
+        obj._prepare_related_fields_for_save(operation_name="insert_rows")  # FK ids from related instances
+    params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = cursor.fetchall() if auto_pk is not None else []
+    for i, obj in enumerate(objs):
+        if auto_pk is not None:
+            setattr(obj, auto_pk.attname, ids[i][0])
+        obj._state.adding = False
+        obj._state.db = connection.alias
+
+
 def active_rules() -> tuple[Checklist, ...]:
+    # Which versions are active is read every time (a new version applies at once, in every process); only
+    # the parsed checklist of an (id, version), which never changes, is cached, and its data read only then.
     out = []
-    for pk, version, data in models.RuleSet.objects.filter(active=True).values_list("pk", "version", "data"):
-        found = _checklists.get((pk, version))
+    for row_pk, row_version in raw_rows(f"SELECT id, version FROM {table(models.RuleSet)} WHERE active", ()):
+        found = _checklists.get((row_pk, row_version))
         if found is None:
+            data = models.RuleSet.objects.values_list("data", flat=True).get(pk=row_pk)
             found = load_rules(data)
             with _lock:
-                _checklists[(pk, version)] = found
+                _checklists[(row_pk, row_version)] = found
         out.append(found)
     return tuple(sorted(out, key=lambda c: c.stamp))
 
@@ -167,11 +226,13 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
 
 def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:
     """Add what depends on the chosen tool: the principal's presets for it, and prior state."""
+    sql = (
+        f"SELECT id, slot_key, value, consent FROM {table(models.Preset)}"
+        " WHERE principal = %s AND tool = %s AND revoked_at IS NULL"
+    )
     presets = {
-        p.slot_key: Preset(p.value, f"preset-{p.pk}", consent=_consent_text(p.consent))
-        for p in models.Preset.objects.filter(
-            principal=execution.principal, tool=contract.identity, revoked_at__isnull=True
-        )
+        key: Preset(json_value(value), f"preset-{pk}", consent=_consent_text(json_value(consent)))
+        for pk, key, value, consent in raw_rows(sql, (execution.principal, contract.identity))
     }
     prior: dict[str, PriorValue] = {}
     if any("prior_state" in cfg.sources for cfg in (contract.extension.slots or {}).values()):

@@ -19,8 +19,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -283,27 +283,65 @@ def ruleset_create(*, data: Mapping[str, Any], actor: str) -> models.RuleSet:
 
 
 @transaction.atomic
-def agent_token_create(*, name: str) -> tuple[models.AgentToken, str]:
+def agent_token_create(*, name: str, principals: Sequence[str] = ()) -> tuple[models.AgentToken, str]:
+    """A new agent token; only its SHA-256 is stored. `principals`: the only principals it may act for
+    (none given: any principal). Either way it sees only the executions it created itself."""
+    if not name:
+        raise BadInput("invalid", "name: required, a non-empty string")
+    wanted = list(dict.fromkeys(principals))
+    bad = [p for p in wanted if not isinstance(p, str) or not p.strip() or p != p.strip()]
+    if bad:
+        raise BadInput("invalid", f"principals: not a principal: {bad[0]!r}")
     token = "pfa_" + secrets.token_urlsafe(32)
     row = models.AgentToken.objects.create(
-        name=name, token_sha256=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:10]
+        name=name,
+        token_sha256=hashlib.sha256(token.encode()).hexdigest(),
+        prefix=token[:10],
+        principals=wanted,
     )
-    audit_append(kind="agent_token", execution_id=None, body={"name": name, "prefix": row.prefix})
+    audit_append(
+        kind="agent_token",
+        execution_id=None,
+        body={"name": name, "prefix": row.prefix, "principals": wanted},
+    )
     return row, token
+
+
+def _refuse_principal(principal: str) -> PermissionDenied:
+    return PermissionDenied(f"this token may not act for principal {principal!r}")
 
 
 # ---- executions ------------------------------------------------------------------------------------
 
 
+# What a preflight reads of a contract and its server. The rest stays deferred (loaded if ever touched): the
+# definition, the large JSON, because `records.engine_contract` caches the engine's contract by digest and
+# reads it only on a miss; timestamps, because a plain cursor gives them as text on SQLite.
+_CONTRACT_FIELDS = ("id", "server_id", "name", "digest", "annotations_trusted", "valid", "current")
+_SERVER_FIELDS = ("id", "name", "annotations_trusted", "connector")
+
+
 def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
+    """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
+    version never changes, so nothing here needs invalidating)."""
     wanted = records.request_tools(body)
-    q = Q()
-    for server, tool in wanted:
-        q |= Q(server__name=server, name=tool)
-    found = {
-        (r.server.name, r.name): r
-        for r in models.ToolContract.objects.filter(q, current=True).select_related("server")
-    }
+    columns = [f"c.{f}" for f in _CONTRACT_FIELDS] + [f"s.{f}" for f in _SERVER_FIELDS]
+    sql = (
+        f"SELECT {', '.join(columns)} FROM {records.table(models.ToolContract)} c"
+        f" JOIN {records.table(models.Server)} s ON s.id = c.server_id"
+        f" WHERE c.current AND ({' OR '.join(['(s.name = %s AND c.name = %s)'] * len(wanted))})"
+    )
+    found = {}
+    n = len(_CONTRACT_FIELDS)
+    for values in records.raw_rows(sql, [part for pair in wanted for part in pair]):
+        # bool(): SQLite answers 0/1, and annotations_trusted is part of the contract's digest.
+        pk, server_id, name, digest_, trusted, valid, current = values[:n]
+        s_id, s_name, s_trusted, s_connector = values[n:]
+        contract_values = (pk, server_id, name, digest_, bool(trusted), bool(valid), bool(current))
+        server_values = (s_id, s_name, bool(s_trusted), records.json_value(s_connector))
+        row = models.ToolContract.from_db(connection.alias, _CONTRACT_FIELDS, contract_values)
+        row.server = models.Server.from_db(connection.alias, _SERVER_FIELDS, server_values)
+        found[(s_name, name)] = row
     rows = []
     for server, tool in wanted:
         row = found.get((server, tool))
@@ -376,16 +414,27 @@ def _preflight(
     return preflight(plan, request, evidence, tool_source=tool_source), row
 
 
+# On an Execution instance: (frontier keys, {key: (lookups so far, lookups running)}) as `_exhausted_lookups`
+# counted them, for `_dispatch_lookups` to use when it dispatches that same frontier: one query, not two.
+_LOOKUP_COUNTS = "_preflight_lookup_counts"
+
+
+def _lookup_counts(execution: models.Execution, keys: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """{key: (lookups so far, lookups running)} for the execution's lookups of these keys."""
+    return {
+        key: (n, running)
+        for key, n, running in models.Observation.objects.filter(execution=execution, key__in=keys)
+        .values_list("key")
+        .annotate(n=Count("pk"), running=Count("pk", filter=Q(observed_at__isnull=True)))
+        .values_list("key", "n", "running")
+    }
+
+
 def _exhausted_lookups(execution: models.Execution, record: Record, now: datetime) -> bool:
     """Turn lookups tried too often into errors (they hold); True if any was."""
-    keys = [m.key for m in record.measures]
-    counts = dict(
-        models.Observation.objects.filter(execution=execution, key__in=keys)
-        .values_list("key")
-        .annotate(n=Count("pk"))
-        .values_list("key", "n")
-    )
-    exhausted = [m for m in record.measures if counts.get(m.key, 0) >= MAX_LOOKUPS_PER_KEY]
+    keys = tuple(m.key for m in record.measures)
+    counts = _lookup_counts(execution, keys)
+    exhausted = [m for m in record.measures if counts.get(m.key, (0, 0))[0] >= MAX_LOOKUPS_PER_KEY]
     for m in exhausted:
         models.Observation.objects.create(
             execution=execution,
@@ -396,8 +445,10 @@ def _exhausted_lookups(execution: models.Execution, record: Record, now: datetim
             key=m.key,
             error=f"looked up {MAX_LOOKUPS_PER_KEY} times without a value fresh enough",
             observed_at=now,
-            task_key=f"{execution.pk}:{m.key}:{counts[m.key] + 1}",
+            task_key=f"{execution.pk}:{m.key}:{counts[m.key][0] + 1}",
         )
+    # Still true when this record is stored, unless rows were just added (then it is preflighted again).
+    setattr(execution, _LOOKUP_COUNTS, None if exhausted else (keys, counts))
     return bool(exhausted)
 
 
@@ -441,13 +492,23 @@ def _store_record(
     execution.verdict = record.verdict
     execution.contract = contract
     execution.timing_at = datetime.fromisoformat(record.timing_at) if record.timing_at else None
-    if execution._state.adding:
-        execution.save(force_insert=True)
-    else:
-        execution.save(update_fields=["records", "verdict", "contract", "timing_at", "updated_at"])
-
     data = record.to_json()
-    stored = models.PreflightRecord.objects.create(
+    # The execution carries its latest record's summary; written with the execution's own INSERT or UPDATE.
+    execution.routes, execution.gap_classes, execution.unknown_count = models.record_summary(data)
+    if execution._state.adding:
+        # What Execution.save() does on insert, then the INSERT without the ORM's per-call SQL building.
+        execution.conversation_key = execution.conversation_key or models.conversation_key(
+            execution.principal, execution.request
+        )
+        records.insert_rows([execution])
+    else:
+        execution.save(
+            update_fields=[
+                *("records", "verdict", "contract", "timing_at", "updated_at"),
+                *("routes", "gap_classes", "unknown_count"),
+            ]
+        )
+    stored = models.PreflightRecord(
         execution=execution,
         seq=seq,
         contract=contract,
@@ -457,19 +518,26 @@ def _store_record(
         payload_digest=record.payload_digest,
         checklist_version=record.checklist_version,
         trigger=trigger,
+        routes=execution.routes,
+        gap_classes=execution.gap_classes,
+        unknown_count=execution.unknown_count,
     )
+    # Not PreflightRecord.save(), which would UPDATE the execution's summary a second time.
+    records.insert_rows([stored])
     if record.gaps:
-        models.GapRow.objects.bulk_create(
-            models.GapRow(
-                execution=execution,
-                record=stored,
-                cls=g.cls,
-                server=record.server,
-                tool=record.tool,
-                slot=g.slot,
-                detail=g.detail,
-            )
-            for g in record.gaps
+        records.insert_rows(
+            [
+                models.GapRow(
+                    execution=execution,
+                    record=stored,
+                    cls=g.cls,
+                    server=record.server,
+                    tool=record.tool,
+                    slot=g.slot,
+                    detail=g.detail,
+                )
+                for g in record.gaps
+            ]
         )
     audit_append(
         kind="preflight",
@@ -512,31 +580,32 @@ def _store_record(
 
 def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
     """One frontier, one Celery group. Rows are written now, pending; the tasks run after commit."""
-    pending = set(
-        models.Observation.objects.filter(execution=execution, observed_at__isnull=True).values_list(
-            "key", flat=True
-        )
-    )
-    counts = dict(
-        models.Observation.objects.filter(execution=execution, key__in=[m.key for m in record.measures])
-        .values_list("key")
-        .annotate(n=Count("pk"))
-        .values_list("key", "n")
-    )
-    keys = []
-    for m in record.measures:
-        if m.key in pending:
-            continue  # already running: its group's callback preflights again
-        models.Observation.objects.create(
+    wanted = tuple(m.key for m in record.measures)
+    counted = getattr(execution, _LOOKUP_COUNTS, None)
+    setattr(execution, _LOOKUP_COUNTS, None)
+    # Per key: how often it was looked up, and whether one is running. None before an execution's first
+    # record, which is the first thing that writes its observations.
+    seen: dict[str, tuple[int, int]] = {}
+    if counted is not None and counted[0] == wanted:
+        seen = counted[1]
+    elif execution.records > 1:
+        seen = _lookup_counts(execution, wanted)
+    rows = [
+        models.Observation(
             execution=execution,
             measure=m.measure,
             lookup=m.lookup,
             args=dict(m.args),
             args_digest=m.args_digest,
             key=m.key,
-            task_key=f"{execution.pk}:{m.key}:{counts.get(m.key, 0) + 1}",
+            task_key=f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0))[0] + 1}",
         )
-        keys.append(m.key)
+        for m in record.measures
+        if not seen.get(m.key, (0, 0))[1]  # one is running already: its group's last task preflights again
+    ]
+    # One INSERT for the frontier, not one per lookup.
+    models.Observation.objects.bulk_create(rows)
+    keys = [row.key for row in rows]
     if keys:
         from console import tasks
 
@@ -552,6 +621,8 @@ def execution_create(
         request = parse_request(body)
     except RequestError as exc:
         raise BadInput("invalid", f"{exc.field}: {exc.reason}") from None
+    if token is not None and not token.may_act_for(request.principal):
+        raise _refuse_principal(request.principal)
     check_pointers(body)
     rows = _contract_rows(body)  # an unknown tool records nothing
     # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
@@ -676,6 +747,46 @@ def observation_fill(*, observation_id: int, value: Any, error: str | None, obse
         value=None if error else value, error=error, observed_at=observed_at
     )
     return filled == 1
+
+
+@transaction.atomic
+def lookups_settled(*, execution_id: Any, filled: bool) -> models.PreflightRecord | None:
+    """A lookup task found none of the execution's lookups pending: preflight again, under the row lock, if
+    the latest record waits on lookups. `filled`: that task recorded its result just now (a redelivered copy
+    finds it recorded). Returns the new record, if one was made.
+
+    Not again if that has happened with these results already (a redelivered copy): a second preflight of an
+    `execute` would mint a new grant and void the one the agent holds."""
+    # Only what the decision needs: the lookups of a group that finish together may all get here, and all but
+    # the first to take the lock find the next group pending.
+    decide = (
+        models.Execution.objects.select_for_update(of=("self",), no_key=True)
+        .only("verdict", "rejected_at")
+        .filter(pk=execution_id)
+        .first()
+    )
+    if decide is None:
+        return None
+    if models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True).exists():
+        return None  # a newer group was dispatched meanwhile: its last lookup preflights
+    if decide.verdict != "measure" and not (filled and _may_wait_on_lookups(decide)):
+        return None
+    execution = _lock_execution(execution_id)  # all of it, for the preflight (locked already)
+    if _has_run(execution):
+        return None  # a fresh `execute` would mint a second grant for a call that happened
+    return _preflight_and_record(execution, trigger="lookups")
+
+
+def _may_wait_on_lookups(execution: models.Execution) -> bool:
+    """For a lookup just recorded, whether the latest record (not `measure`) may have been made without it.
+    A record that is not `measure` dispatches nothing, so the lookup was dispatched before it and was still
+    running when it was made (an `ask`, say, that came while the group ran); at worst another preflight came
+    after the fill, and this one repeats it. Decided from what the server stores, not from the wording of the
+    engine's findings.
+
+    Not after `execute`: nothing that record needed was running, and a new preflight would void the grant the
+    agent holds. Not after a reviewer's rejection, which is final."""
+    return execution.verdict != "execute" and execution.rejected_at is None
 
 
 @transaction.atomic
@@ -950,7 +1061,24 @@ def _record_outcome(
 # ---- presets ---------------------------------------------------------------------------------------
 
 
-def preset_list(*, principal: str) -> list[models.Preset]:
+def token_sees_presets_of(token: models.AgentToken, principal: str) -> bool:
+    """Whether an agent token may list and revoke the presets of `principal`.
+
+    A token restricted to principals: only theirs. An unrestricted token (it may submit for anyone): only
+    the principals it has already submitted an execution for, so one agent cannot enumerate or revoke what
+    the users of other agents consented to have remembered. Fail closed: a principal the token has never
+    acted for is refused, even though submitting for them would be allowed."""
+    if token.principals:
+        return principal in token.principals
+    return models.Execution.objects.filter(token=token, principal=principal).exists()
+
+
+def preset_list(*, principal: str, token: models.AgentToken | None = None) -> list[models.Preset]:
+    """The active presets of `principal`. With a token (the agent API): 403 unless `token_sees_presets_of`."""
+    if token is not None and not token_sees_presets_of(token, principal):
+        if token.principals:
+            raise _refuse_principal(principal)
+        raise PermissionDenied(f"this token has submitted no execution for principal {principal!r}")
     return list(
         models.Preset.objects.filter(principal=principal, revoked_at__isnull=True).order_by(
             "tool", "slot_key"
@@ -959,11 +1087,15 @@ def preset_list(*, principal: str) -> list[models.Preset]:
 
 
 @transaction.atomic
-def preset_revoke(*, preset_id: Any, actor: str) -> models.Preset:
+def preset_revoke(*, preset_id: Any, actor: str, token: models.AgentToken | None = None) -> models.Preset:
+    """Revoke an active preset. With a token (the agent API), a preset of a principal the token may not see
+    (`token_sees_presets_of`) is answered like an unknown one, so its existence does not leak."""
     try:
         preset = models.Preset.objects.select_for_update().get(pk=preset_id, revoked_at__isnull=True)
     except (models.Preset.DoesNotExist, ValueError, ValidationError):
         raise NotFound("unknown_preset", f"no active preset {preset_id}") from None
+    if token is not None and not token_sees_presets_of(token, preset.principal):
+        raise NotFound("unknown_preset", f"no active preset {preset_id}")
     preset.revoked_at = _now()
     preset.save(update_fields=["revoked_at"])
     audit_append(

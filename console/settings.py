@@ -114,7 +114,16 @@ CELERY_TASK_EAGER_PROPAGATES = True
 # A lookup lost with its worker is redelivered rather than dropped; a lost lookup would leave a slot pending.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Two messages per pool slot. With one, a worker whose slots all held lookups could not take the whole next
+# frontier: the last lookup of a level is the task that dispatches the next one, so the next level's last
+# message was fetched only once that task had finished and been acked (5-10 ms later in bench/lookups.py).
+# Lookups are short, so two per slot hoards little.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 2
+# Celery's Django fixup closes the task thread's database connections around every task unless this is set;
+# it then closes them after this many tasks x 2. Practically never: console/celery.py closes them instead
+# as Django does after a request (CONN_MAX_AGE passed, or the connection broke). A new connection per lookup
+# cost a PostgreSQL backend start each (bench/lookups.py).
+CELERY_DB_REUSE_MAX = 2**62
 CELERY_TASK_TIME_LIMIT = env_int("PREFLIGHT_TASK_TIME_LIMIT_S", 60)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 5)
 CELERY_TIMEZONE = "UTC"

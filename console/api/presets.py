@@ -29,15 +29,16 @@ class PresetOut(serializers.Serializer):
 class PresetListView(APIView):
     @extend_schema(
         operation_id="presets_list",
-        summary="The active presets of one principal",
+        summary="The active presets of one principal the token may see (403 otherwise)",
         parameters=[OpenApiParameter("principal", OpenApiTypes.STR, required=True)],
-        responses={200: PresetOut(many=True), **errors()},
+        responses={200: PresetOut(many=True), **errors(403)},
     )
     def get(self, request: Request) -> Response:
         principal = request.query_params.get("principal", "")
         if not principal:
             raise BadInput("invalid", "principal: required query parameter")
-        return Response(PresetOut(services.preset_list(principal=principal), many=True).data)
+        presets = services.preset_list(principal=principal, token=request.auth)
+        return Response(PresetOut(presets, many=True).data)
 
 
 class PresetRevokeView(APIView):
@@ -47,5 +48,5 @@ class PresetRevokeView(APIView):
         responses={200: PresetOut, **errors(404)},
     )
     def delete(self, request: Request, preset_id: int) -> Response:
-        preset = services.preset_revoke(preset_id=preset_id, actor=actor(request))
+        preset = services.preset_revoke(preset_id=preset_id, actor=actor(request), token=request.auth)
         return Response(PresetOut(preset).data)

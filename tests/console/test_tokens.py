@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 def test_create_agent_token_prints_a_token_that_authenticates() -> None:
     out = StringIO()
-    call_command("create_agent_token", "shop-bot", stdout=out)
+    call_command("create_agent_token", "shop-bot", "--principal", "user:alice", stdout=out)
     token = out.getvalue().strip()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -37,7 +37,8 @@ def test_only_the_digest_of_a_token_is_stored() -> None:
     assert row.token_sha256 == hashlib.sha256(token.encode()).hexdigest()
     assert token.startswith(row.prefix)
     assert token not in str(list(models.AgentToken.objects.values()))
-    assert models.AuditEvent.objects.get().body == {"name": "shop-bot", "prefix": row.prefix}
+    audited = models.AuditEvent.objects.get().body
+    assert audited == {"name": "shop-bot", "prefix": row.prefix, "principals": []}
 
 
 def test_the_signing_key_is_generated_once_with_owner_only_permissions(

@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from integration_support import MeasureServer, Worker, celery_broker, closed_port, log_tail, wait_until
+from integration_support import (
+    MeasureServer,
+    Observed,
+    Worker,
+    celery_broker,
+    closed_port,
+    log_tail,
+    wait_until,
+)
 from rest_framework.test import APIClient
 
 from console import connectors, models, services
@@ -383,3 +391,111 @@ def test_a_deferred_trigger_lost_with_the_broker_is_caught_up_by_trigger_due(
 
     assert final["verdict"] == "execute", final["reasons"]
     assert triggers(record["id"]) == [("create", "deferred"), ("deferred", "measure"), ("lookups", "execute")]
+
+
+def _hold_while_looking_up(agent: Agent, execution_id: str) -> None:
+    """An answer that makes the payload invalid: the record holds, whatever a running lookup will say."""
+    answered = agent.client.post(
+        f"/api/v1/executions/{execution_id}/answers", {"answers": {"arg:amount": -5}}, format="json"
+    )
+    assert answered.status_code == 200, answered.content
+    assert answered.json()["verdict"] == "hold"
+
+
+def test_a_record_made_while_a_lookup_ran_is_preflighted_again_when_the_lookup_finishes(
+    celery_worker: Worker, measure_server: MeasureServer
+) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def balance(args: dict[str, Any]) -> float:
+        started.set()
+        release.wait(timeout=30)
+        return 2500.0
+
+    measure_server.answer("bank.balance", balance)
+    agent = catalog(measure_server, timeout_s=20)
+    record = agent.submit(transfer_request()).json()
+    assert record["verdict"] == "measure"
+    assert started.wait(timeout=15), "the lookup never reached the measure server"
+    _hold_while_looking_up(agent, record["id"])
+    release.set()
+
+    # The hold was decided without the balance, so the lookup's end preflights again, once.
+    wait_until(
+        lambda: len(triggers(record["id"])) == 3, timeout=15, what="a third record", log=celery_worker.log
+    )
+    time.sleep(0.5)  # a second preflight would come within this
+    assert triggers(record["id"]) == [("create", "measure"), ("answer", "hold"), ("lookups", "hold")]
+    observation = models.Observation.objects.get(execution_id=record["id"])
+    assert (observation.value, observation.error) == (2500.0, None)
+    condition = next(s for s in agent.get(record["id"])["slots"] if s["key"] == "cond:balance_covers_amount")
+    assert [f["outcome"] for f in condition["findings"]] == ["found"]
+
+
+def test_a_record_made_while_a_stale_value_was_looked_up_again_is_preflighted_again_when_it_finishes(
+    celery_worker: Worker, measure_server: MeasureServer
+) -> None:
+    # The engine words that finding "not measured yet" (an older value exists), not "lookup running": the
+    # server decides from what it stored, so the new value is still used.
+    release = threading.Event()
+    again = threading.Event()
+    calls: list[int] = []
+
+    def balance(args: dict[str, Any]) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return Observed(2500.0, datetime.now(UTC) - timedelta(minutes=5))  # max_age_s is 60: stale
+        again.set()
+        release.wait(timeout=30)
+        return 2400.0
+
+    measure_server.answer("bank.balance", balance)
+    agent = catalog(measure_server, timeout_s=20)
+    record = agent.submit(transfer_request()).json()
+    assert again.wait(timeout=15), "the stale balance was never looked up again"
+    _hold_while_looking_up(agent, record["id"])
+    release.set()
+
+    wait_until(
+        lambda: len(triggers(record["id"])) == 4, timeout=15, what="a fourth record", log=celery_worker.log
+    )
+    time.sleep(0.5)
+    assert triggers(record["id"]) == [
+        ("create", "measure"),
+        ("lookups", "measure"),
+        ("answer", "hold"),
+        ("lookups", "hold"),
+    ]
+    condition = next(s for s in agent.get(record["id"])["slots"] if s["key"] == "cond:balance_covers_amount")
+    assert [f["outcome"] for f in condition["findings"]] == ["found"]
+
+
+def _other_backends() -> set[int]:
+    """PostgreSQL backends connected to the test database, other than this process's own."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+def test_the_worker_keeps_its_database_connections_from_one_lookup_to_the_next(
+    celery_worker: Worker, measure_server: MeasureServer
+) -> None:
+    measure_server.answer("bank.balance", lambda args: 2500.0)
+    agent = catalog(measure_server)
+
+    first = settled(agent, agent.submit(transfer_request()).json()["id"], timeout=15, worker=celery_worker)
+    assert first["verdict"] == "execute", first["reasons"]
+    after_first = _other_backends()
+    second = settled(agent, agent.submit(transfer_request()).json()["id"], timeout=15, worker=celery_worker)
+    assert second["verdict"] == "execute", second["reasons"]
+
+    # Still open after its task, as a request's connection is (CONN_MAX_AGE), and still there after more work:
+    # a lookup does not pay for a new connection and a new PostgreSQL backend each time.
+    assert after_first, "the worker closed its database connection after the task"
+    assert after_first & _other_backends()

@@ -411,7 +411,8 @@ def test_an_agent_answering_a_rejected_execution_is_told_it_was_rejected(
 ) -> None:
     from rest_framework.test import APIClient
 
-    _, token = services.agent_token_create(name="agent")
+    row, token = services.agent_token_create(name="agent")
+    models.Execution.objects.filter(pk=held.pk).update(token=row)  # the agent's own execution
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     review_services.execution_reject(execution_id=held.pk, reason="not on file", reviewer=carol)

@@ -1,0 +1,50 @@
+"""How many SQL statements one POST /executions costs: each is a round trip and CPU on both ends, so the count
+is pinned (bench/api.py measures what they cost; this keeps a new one from slipping in unnoticed)."""
+
+from __future__ import annotations
+
+import pytest
+from console_helpers import Agent, Downstream, transfer_request
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+pytestmark = pytest.mark.django_db
+
+# Token; BEGIN; contract, active rules, presets; INSERT execution, record, gap rows; chain lock, chain head,
+# INSERT audit events; COMMIT. The execution's summary is in its INSERT (no UPDATE after the record's).
+EXPECTED = [
+    "SELECT agenttoken",
+    "BEGIN",
+    "SELECT toolcontract",
+    "SELECT ruleset",
+    "SELECT preset",
+    "INSERT execution",
+    "INSERT preflightrecord",
+    "INSERT gaprow",
+    "SELECT pg_advisory_xact_lock",
+    "SELECT auditevent",
+    "INSERT auditevent",
+    "COMMIT",
+]
+
+
+def shape(sql: str) -> str:
+    words = sql.split()
+    verb = words[0].upper()
+    if verb == "SELECT" and "pg_advisory_xact_lock" in sql:
+        return "SELECT pg_advisory_xact_lock"
+    table = next((w for w in words if w.strip('"').startswith("console_")), "")
+    return f"{verb} {table.strip('"').removeprefix('console_')}".strip()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the statements are PostgreSQL's")
+def test_a_post_of_an_execution_takes_twelve_statements(agent: Agent, bank: Downstream) -> None:
+    # The first request of a process also loads the contract definition into the engine cache.
+    assert agent.post("/api/v1/executions", transfer_request(from_account=None)).status_code == 201
+
+    with CaptureQueriesContext(connection) as queries:
+        response = agent.post("/api/v1/executions", transfer_request(from_account=None, amount=75))
+
+    assert response.status_code == 201
+    assert response.json()["verdict"] == "ask"
+    assert [shape(q["sql"]) for q in queries.captured_queries] == EXPECTED
