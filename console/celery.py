@@ -1,15 +1,74 @@
 """The Celery app. Workers start with `celery -A console worker`; tasks live in each app's tasks.py."""
 
 import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from celery import Celery, signals
+from kombu.transport import redis as kombu_redis
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
+
+class _CelerySettings(Mapping[str, Any]):
+    """Django's CELERY_* settings, read once, when Celery first reads its configuration.
+
+    Celery looks a setting up under several names in each of its sources, every time it is read: ~7 reads
+    per task published or received. Through Django's settings object every name it has no value for raised
+    and caught an AttributeError; ~20% of the CPU that publishing a frontier cost. Settings do not change
+    while a process runs; tests change Celery's own configuration (`app.conf`), which still wins."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] | None = None
+
+    def _all(self) -> dict[str, Any]:
+        if self._values is None:
+            from django.conf import settings
+
+            self._values = {key: getattr(settings, key) for key in dir(settings) if key.startswith("CELERY_")}
+        return self._values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 app = Celery("console")
-app.config_from_object("django.conf:settings", namespace="CELERY")
+app.config_from_object(_CelerySettings(), namespace="CELERY")
 app.autodiscover_tasks()
+
+
+class _RedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel, with one client object per connection pool instead of one per operation.
+
+    kombu builds a new `redis.Redis` around the same pool for every broker operation that is not a BRPOP: two
+    per task with acks_late (the unacked-index entry on receipt, its removal on ack) and one per publish. With
+    redis-py 8 a client costs ~50 us of CPU to build (its response-callback table); in a threads-pool worker
+    that CPU is GIL time taken from the lookups of the same frontier (bench/lookups.py). A client holds no
+    connection of its own (it takes one from the pool per command, and pipelines are built per call), so one
+    may be shared by the channel's threads; it is rebuilt if the channel replaces its pool (after a fork, or
+    a reconnect)."""
+
+    _sync_client: Any = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return super()._create_client(asynchronous=True)
+        client = self._sync_client
+        if client is None or client.connection_pool is not self.pool:
+            client = self._sync_client = super()._create_client()
+        return client
+
+
+class RedisTransport(kombu_redis.Transport):
+    """The broker transport for redis:// URLs (settings.CELERY_BROKER_TRANSPORT)."""
+
+    Channel = _RedisChannel
 
 
 # Celery's Django fixup closes every database connection of the task's thread before and after each task

@@ -28,12 +28,13 @@ import inspect
 import json
 import logging
 import math
+import shlex
 import sys
 import tempfile
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO, TypeVar
 
 import anyio
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +227,14 @@ def _connect_timeout(connector: Mapping[str, Any], timeout_s: float) -> float:
     return max(float(timeout_s), CONNECT_TIMEOUT_FLOOR_S)
 
 
+def stdio_command_allowed(command: Sequence[str]) -> bool:
+    """Whether this host may start `command` as an MCP server: it must begin with one of the command lines of
+    PREFLIGHT_MCP_STDIO_ALLOW. A stdio connector runs a program as this server's user, and the catalog
+    import form takes its command from an operator, so which programs may run is the deployment's decision."""
+    argv = list(command)
+    return any(argv[: len(prefix)] == prefix for prefix in settings.PREFLIGHT_MCP_STDIO_ALLOW)
+
+
 async def _open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errlog: TextIO | None) -> Any:
     """Enter an MCP ``Client`` for the connector on ``stack`` (connect + protocol negotiation)."""
     from mcp import Client, Implementation, StdioServerParameters
@@ -241,6 +251,11 @@ async def _open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errl
             or not all(isinstance(c, str) for c in command)
         ):
             raise ToolCallFailed("mcp_stdio connector needs 'command': a non-empty list of strings")
+        if not stdio_command_allowed(command):
+            raise ToolCallFailed(
+                f"stdio command {shlex.join(command)!r} is not allowed on this host"
+                " (PREFLIGHT_MCP_STDIO_ALLOW)"
+            )
         env = connector.get("env")
         params = StdioServerParameters(
             command=command[0],

@@ -5,6 +5,7 @@ rather than silently fall back to a default that would run the gate in a differe
 """
 
 import os
+import shlex
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -63,6 +64,22 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if any(item == "" for item in items):
         raise _bad(name, value, "a comma-separated list without empty items")
     return items
+
+
+def env_command_lines(name: str, default: list[str]) -> list[list[str]]:
+    """A comma-separated list of shell-quoted command lines, each split into its argv."""
+    value = _raw(name)
+    lines = default if value is None else env_list(name, default)
+    out = []
+    for line in lines:
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise _bad(name, value or line, f"shell-quoted command lines ({exc})") from None
+        if not argv:
+            raise _bad(name, value or line, "non-empty command lines")
+        out.append(argv)
+    return out
 
 
 def env_path(name: str, default: Path) -> Path:

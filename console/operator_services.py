@@ -426,6 +426,11 @@ def mcp_connector(*, kind: str, command: str = "", url: str = "") -> dict[str, A
             raise BadInput("invalid", f"command: {exc}") from None
         if not argv:
             raise BadInput("invalid", "command: required for a stdio server")
+        if not connectors.stdio_command_allowed(argv):
+            raise BadInput(
+                "invalid",
+                "command: not allowed on this host (the deployment lists them in PREFLIGHT_MCP_STDIO_ALLOW)",
+            )
         return {"kind": "mcp_stdio", "command": argv}
     if kind == "mcp_http":
         url = url.strip()

@@ -1,19 +1,20 @@
 """The ORM edge: engine values built from rows (contracts, rules, evidence) and the record answer built back.
 
-Nothing here writes but `insert_rows`, the services' fast INSERT. Engine objects that are costly to build
-and never change for a given digest (contracts, checklists) are cached per process.
+Nothing here writes but `insert_rows` and `update_row`, the services' fast INSERT and UPDATE. Engine objects
+that are costly to build and never change for a given digest (contracts, checklists) are cached per process.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
+from django.contrib.auth import get_user_model
+from django.db import DatabaseError, connection
 
 from console import models
 from preflight import (
@@ -76,6 +77,15 @@ def table(model: type[Any]) -> str:
     return str(connection.ops.quote_name(model._meta.db_table))
 
 
+def datetime_value(raw: Any) -> datetime | None:
+    # A plain cursor gives SQLite's timestamps as text, or naive; both are UTC, as Django stores them.
+    if isinstance(raw, str):
+        raw = datetime.fromisoformat(raw)
+    if isinstance(raw, datetime) and raw.tzinfo is None:
+        raw = raw.replace(tzinfo=UTC)
+    return raw
+
+
 _inserts: dict[tuple[type[Any], int, str], tuple[str, list[Any], Any]] = {}
 
 
@@ -110,6 +120,35 @@ def insert_rows(objs: Sequence[Any]) -> None:
             setattr(obj, auto_pk.attname, ids[i][0])
         obj._state.adding = False
         obj._state.db = connection.alias
+
+
+_updates: dict[tuple[type[Any], tuple[str, ...], str], tuple[str, list[Any], Any]] = {}
+
+
+def update_row(obj: Any, field_names: Sequence[str]) -> None:
+    """UPDATE these fields of one saved instance, like `save(update_fields=...)` (no save(), no signals) but
+    with the SQL built once per model and field list: on a re-preflight the ORM spent more CPU compiling the
+    execution's UPDATE than PostgreSQL spent running it. Fills auto_now fields. For services to call only."""
+    model = type(obj)
+    key = (model, tuple(field_names), connection.vendor)
+    built = _updates.get(key)
+    if built is None:
+        meta = model._meta
+        fields = [meta.get_field(name) for name in field_names]
+        quote = connection.ops.quote_name
+        sql = (
+            f"UPDATE {table(model)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)}"
+            f" WHERE {quote(meta.pk.column)} = %s"
+        )
+        built = _updates[key] = (sql, fields, meta.pk)
+    sql, fields, pk = built
+    params = [f.get_db_prep_save(f.pre_save(obj, add=False), connection) for f in fields]
+    params.append(pk.get_db_prep_value(obj.pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.rowcount != 1:
+            # What save(update_fields=...) says of a row that is gone.
+            raise DatabaseError("Save with update_fields did not affect any rows.")
 
 
 def active_rules() -> tuple[Checklist, ...]:
@@ -185,43 +224,65 @@ def request_tools(body: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(body["server"], body["tool"])]
 
 
-def _latest(rows: Iterable[Any], key: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for row in rows:  # ordered oldest first, so the newest wins
-        out[getattr(row, key)] = row
-    return out
-
-
 def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> Evidence:
     """Evidence collected for this execution. `fresh`: created in this transaction, so nothing to read."""
     if fresh:
         return Evidence(now=now)
-    answers = {
-        key: Answer(a.value, a.answered_by, id=f"answer-{a.pk}")
-        for key, a in _latest(
-            models.Answer.objects.filter(execution=execution).order_by("pk"), "slot_key"
-        ).items()
-    }
+    answers: dict[str, Answer] = {}
     observations: dict[str, Observation] = {}
     pending = set()
-    for o in models.Observation.objects.filter(execution=execution).order_by("pk"):
-        if o.observed_at is None:
-            pending.add(o.key)
-            continue
-        observations[o.key] = Observation(
-            o.measure, o.args_digest, o.observed_at, value=o.value, error=o.error, id=f"observation-{o.pk}"
-        )
-    approvals = tuple(
-        Approval(a.slot_key, a.value_digest, f"user:{a.approver.get_username()}", a.created_at)
-        for a in models.Approval.objects.filter(execution=execution).select_related("approver")
-    )
+    approvals = []
+    # Rows come kind by kind, each oldest first, so the newest answer and observation of a key win.
+    pk = models.Execution._meta.pk
+    assert pk is not None
+    execution_id = pk.get_db_prep_value(execution.pk, connection)
+    for kind, row_pk, key, value, who, at, text, error in raw_rows(_evidence_sql(), [execution_id] * 3):
+        if kind == 1:
+            answers[key] = Answer(json_value(value), who, id=f"answer-{row_pk}")
+        elif kind == 2 and at is None:
+            pending.add(key)
+        elif kind == 2:
+            observed_at = datetime_value(at)
+            assert observed_at is not None
+            observations[key] = Observation(
+                who, text, observed_at, value=json_value(value), error=error, id=f"observation-{row_pk}"
+            )
+        else:
+            approvals.append(Approval(key, text, f"user:{who}", datetime_value(at)))
     return Evidence(
         now=now,
         answers=answers,
         observations=observations,
-        approvals=approvals,
+        approvals=tuple(approvals),
         pending=frozenset(pending),
     )
+
+
+_evidence: dict[str, str] = {}
+
+
+def _evidence_sql() -> str:
+    """Answers, observations and approvals of an execution (the approver's username joined in) in one read:
+    one round trip instead of three, and no ORM query building (bench/lookups.py re-preflights twice on its
+    critical path). Columns: kind (1 answer, 2 observation, 3 approval), id, slot or observation key, JSON
+    value, who (answered_by, measure, approver), when (observed_at, created_at), digest, error."""
+    sql = _evidence.get(connection.vendor)
+    if sql is None:
+        user = get_user_model()
+        quote = connection.ops.quote_name
+        username = quote(user._meta.get_field(user.USERNAME_FIELD).column)
+        user_pk = quote(user._meta.pk.column)
+        sql = _evidence[connection.vendor] = (
+            f"SELECT 1, id, slot_key, value, answered_by, NULL, NULL, NULL"
+            f" FROM {table(models.Answer)} WHERE execution_id = %s"
+            " UNION ALL SELECT 2, id, key, value, measure, observed_at, args_digest, error"
+            f" FROM {table(models.Observation)} WHERE execution_id = %s"
+            f" UNION ALL SELECT 3, a.id, a.slot_key, NULL, u.{username}, a.created_at, a.value_digest, NULL"
+            f" FROM {table(models.Approval)} a JOIN {table(user)} u ON u.{user_pk} = a.approver_id"
+            " WHERE a.execution_id = %s"
+            " ORDER BY 1, 2"
+        )
+    return sql
 
 
 def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:

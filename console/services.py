@@ -477,6 +477,13 @@ def _preflight_and_record(
     return _store_record(execution, record, row, trigger=trigger, audit=audit)
 
 
+# What a new record changes on its execution.
+_RECORD_FIELDS = (
+    *("records", "verdict", "contract", "timing_at", "updated_at"),
+    *("routes", "gap_classes", "unknown_count"),
+)
+
+
 # The preflight, its gap report and its grant go into the audit chain in one write, at the end.
 @audit_batch()
 def _store_record(
@@ -501,13 +508,11 @@ def _store_record(
             execution.principal, execution.request
         )
         records.insert_rows([execution])
+    elif execution.rejected_at is not None:
+        execution.save(update_fields=_RECORD_FIELDS)  # which refuses: a reviewer's no is final
     else:
-        execution.save(
-            update_fields=[
-                *("records", "verdict", "contract", "timing_at", "updated_at"),
-                *("routes", "gap_classes", "unknown_count"),
-            ]
-        )
+        # Without the ORM's per-call SQL building; Execution.save() adds nothing else to an UPDATE.
+        records.update_row(execution, _RECORD_FIELDS)
     stored = models.PreflightRecord(
         execution=execution,
         seq=seq,
@@ -858,13 +863,15 @@ def _issue_grant(execution: models.Execution, stored: models.PreflightRecord) ->
         now=_now(),
         ttl_s=settings.PREFLIGHT_GRANT_TTL_S,
     )
-    grant = models.Grant.objects.create(
+    grant = models.Grant(
         execution=execution,
         record=stored,
         nonce=claims.nonce,
         claims=asdict(claims),
         expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
     )
+    # What create() would write (Grant has no save() of its own), without building the INSERT on every call.
+    records.insert_rows([grant])
     audit_append(
         kind="grant",
         execution_id=execution.pk,

@@ -4,12 +4,14 @@ Embedded mode is what you get with no DATABASE_URL: SQLite under var/, lookups r
 DEBUG on. Setting DATABASE_URL switches to server mode: PostgreSQL, a real broker, DEBUG off unless asked.
 """
 
+import shlex
+import sys
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import env_bool, env_int, env_list, env_path, env_str
+from console.env import env_bool, env_command_lines, env_int, env_list, env_path, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -106,6 +108,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 CELERY_BROKER_URL = REDIS_URL
+# kombu's Redis transport with one client object per pool instead of one per broker operation (see
+# console/celery.py). rediss:// keeps kombu's own: kombu sets up TLS from that scheme only when it picks the
+# transport itself.
+if REDIS_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "console.celery:RedisTransport"
 # No result backend: tasks record their outcome in the database, and nobody waits on a task's result.
 CELERY_TASK_IGNORE_RESULT = True
 # Embedded mode has no worker, so lookups run in-process; server mode must never silently do that.
@@ -155,6 +162,19 @@ PREFLIGHT_SIGNING_KEY_PATH = env_path("PREFLIGHT_SIGNING_KEY_PATH", VAR_DIR / "g
 # Short: a grant is for running the call now, not a standing permission.
 PREFLIGHT_GRANT_TTL_S = env_int("PREFLIGHT_GRANT_TTL_S", 300)
 PREFLIGHT_TOOL_TIMEOUT_S = env_int("PREFLIGHT_TOOL_TIMEOUT_S", 30)
+
+# MCP servers this host may start over stdio, as comma-separated command lines (shell-quoted); a connector's
+# command must begin with one of them. A stdio connector runs a program as this server's user and the import
+# form takes the command from an operator, so the deployment names what may run. Default: the bundled demo
+# servers only.
+PREFLIGHT_MCP_STDIO_ALLOW = env_command_lines(
+    "PREFLIGHT_MCP_STDIO_ALLOW",
+    [
+        f"{shlex.quote(python)} -m console.demo.{demo}"
+        for python in dict.fromkeys(("python", "python3", sys.executable))
+        for demo in ("bank", "shop")
+    ],
+)
 
 # Auth
 

@@ -16,7 +16,6 @@ waits, so a far trigger is scheduled in hops: each hop that fires early schedule
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Sequence
@@ -28,12 +27,12 @@ from celery import current_app, group, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Model
 from django.utils import timezone
 from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
 from console import connectors, models, services
+from console.records import json_value, table
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +44,21 @@ _LOOKUP_HARD_LIMIT_S = 90
 def dispatch_lookups(execution_id: str, keys: Sequence[str]) -> None:
     """Run after commit. If the broker is down, the lookups become errors: the record says hold, with why."""
     try:
-        frontier = group([measure_run.si(execution_id, key) for key in keys])
+        # argsrepr: what Celery would write (the args are two short strings) without its generic saferepr.
+        frontier = group(
+            [measure_run.si(execution_id, key).set(argsrepr=repr((execution_id, key))) for key in keys]
+        )
         if current_app.conf.task_always_eager:
             frontier.apply_async()  # in-process: there is no broker to batch for
         else:
             # The whole frontier in one Redis round trip (kombu pipelines the pushes), so its lookups start
             # together. One round trip per task let the worker's threads take the GIL between two pushes:
             # the last lookup of a level of 10 started ~30 ms after the first (bench/lookups.py).
+            # declare=[]: Celery routes to the default exchange, which on Redis pushes straight onto the
+            # queue's list; "declaring" the queue before each push only checked kombu's cache of what was
+            # declared, ~20% of the CPU of publishing a frontier. The worker declares the queues it consumes.
             with current_app.producer_or_acquire() as producer, producer.batch():
-                frontier.apply_async(producer=producer)
+                frontier.apply_async(producer=producer, declare=[])
     except (KombuError, RedisError, OSError) as exc:  # the broker, not the lookups
         # Any part of the group that did go out finds its row no longer pending, and changes nothing.
         logger.warning("lookups for %s not dispatched: %s", execution_id, exc)
@@ -108,7 +113,7 @@ def _pending_lookup(execution_id: str, key: str) -> _Lookup | None:
     obs, measure = models.Observation, models.Measure
     sql = (
         f"SELECT o.id, o.lookup, o.args, m.name, m.kind, m.url, m.timeout_s, m.config"
-        f" FROM {_table(obs)} o LEFT JOIN {_table(measure)} m ON m.name = o.lookup"
+        f" FROM {table(obs)} o LEFT JOIN {table(measure)} m ON m.name = o.lookup"
         " WHERE o.execution_id = %s AND o.key = %s AND o.observed_at IS NULL ORDER BY o.id LIMIT 1"
     )
     pk = models.Execution._meta.pk
@@ -121,17 +126,9 @@ def _pending_lookup(execution_id: str, key: str) -> _Lookup | None:
     obs_id, name, args, m_name, kind, url, timeout_s, config = row
     spec = None
     if m_name is not None:
-        spec = {"name": m_name, "kind": kind, "url": url, "timeout_s": timeout_s, "config": _json(config)}
-    return _Lookup(obs_id, name, _json(args), spec)
-
-
-def _table(model: type[Model]) -> str:
-    return str(connection.ops.quote_name(model._meta.db_table))
-
-
-def _json(raw: Any) -> Any:
-    # A JSON column read in plain SQL: text from Django's PostgreSQL backend and from SQLite.
-    return json.loads(raw) if isinstance(raw, str) else raw
+        config = json_value(config)
+        spec = {"name": m_name, "kind": kind, "url": url, "timeout_s": timeout_s, "config": config}
+    return _Lookup(obs_id, name, json_value(args), spec)
 
 
 def _observe(lookup: _Lookup) -> tuple[Any, str | None, datetime]:

@@ -228,7 +228,10 @@ class McpImportForm(forms.Form):
         initial="mcp_stdio",
     )
     command = forms.CharField(
-        max_length=2000, required=False, help_text="shell-quoted, e.g. python -m my.server"
+        max_length=2000,
+        required=False,
+        help_text="shell-quoted, e.g. python -m console.demo.bank; only commands listed in "
+        "PREFLIGHT_MCP_STDIO_ALLOW run",
     )
     url = forms.CharField(max_length=2000, required=False, help_text="e.g. https://tools.example.com/mcp")
     timeout_s = forms.FloatField(min_value=1, max_value=120, initial=15, label="timeout (s)")

@@ -427,15 +427,43 @@ def test_stdio_call_tool_returns_the_mcp_result() -> None:
     assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
 
 
-def test_stdio_server_that_cannot_start_fails_and_says_why() -> None:
+def test_a_stdio_command_the_host_does_not_allow_is_refused_without_being_started(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+
+    with pytest.raises(ToolCallFailed, match="not allowed on this host"):
+        connectors.call_tool({"kind": "mcp_stdio", "command": command}, "x", "y", {}, timeout_s=5)
+    with pytest.raises(ToolCallFailed, match="not allowed on this host"):
+        connectors.list_tools({"kind": "mcp_stdio", "command": command}, timeout_s=5)
+    measure = {
+        "name": "m",
+        "kind": "mcp",
+        "config": {"connector": {"kind": "mcp_stdio", "command": command}, "tool": "t"},
+    }
+    with pytest.raises(MeasureFailed, match="not allowed on this host"):
+        connectors.run_measure(measure, {})
+    assert not marker.exists()
+
+
+def test_an_allowed_prefix_admits_extra_arguments_but_not_another_program(settings: Any) -> None:
+    settings.PREFLIGHT_MCP_STDIO_ALLOW = [["/opt/mcp/server"]]
+
+    assert connectors.stdio_command_allowed(["/opt/mcp/server", "--readonly"])
+    assert not connectors.stdio_command_allowed(["/opt/mcp/server-evil"])
+    assert not connectors.stdio_command_allowed(["sh", "-c", "/opt/mcp/server"])
+
+
+def test_stdio_server_that_cannot_start_fails_and_says_why(settings: Any) -> None:
     broken = {"kind": "mcp_stdio", "command": [sys.executable, "-m", "console.demo.no_such_server"]}
+    settings.PREFLIGHT_MCP_STDIO_ALLOW = [broken["command"]]
 
     with pytest.raises(ToolCallFailed, match=r"No module named console\.demo\.no_such_server"):
         connectors.call_tool(broken, "bank", "get_balance", {"account": BOB}, timeout_s=20)
 
 
-def test_stdio_command_that_does_not_exist_fails() -> None:
+def test_stdio_command_that_does_not_exist_fails(settings: Any) -> None:
     missing = {"kind": "mcp_stdio", "command": [str(REPO / "no-such-binary")]}
+    settings.PREFLIGHT_MCP_STDIO_ALLOW = [missing["command"]]
 
     with pytest.raises(ToolCallFailed, match="FileNotFoundError"):
         connectors.call_tool(missing, "bank", "get_balance", {"account": BOB}, timeout_s=5)

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import env_bool, env_int, env_list, env_path, env_str
+from console.env import env_bool, env_command_lines, env_int, env_list, env_path, env_str
 
 
 def test_an_integer_variable_is_read_as_an_int(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,6 +57,21 @@ def test_a_list_is_split_on_commas_and_rejects_empty_items(monkeypatch: pytest.M
     monkeypatch.setenv("PREFLIGHT_TEST_LIST", "a.example,,b.example")
     with pytest.raises(ImproperlyConfigured, match="PREFLIGHT_TEST_LIST"):
         env_list("PREFLIGHT_TEST_LIST", [])
+
+
+def test_command_lines_are_split_shell_style_and_bad_quoting_fails_loudly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PREFLIGHT_TEST_COMMANDS", "npx -y '@scope/server one', /opt/mcp/bin/git-mcp")
+    assert env_command_lines("PREFLIGHT_TEST_COMMANDS", []) == [
+        ["npx", "-y", "@scope/server one"],
+        ["/opt/mcp/bin/git-mcp"],
+    ]
+    assert env_command_lines("PREFLIGHT_UNSET_COMMANDS", ["python -m x"]) == [["python", "-m", "x"]]
+
+    monkeypatch.setenv("PREFLIGHT_TEST_COMMANDS", "npx 'unclosed")
+    with pytest.raises(ImproperlyConfigured, match=r"PREFLIGHT_TEST_COMMANDS=.*shell-quoted"):
+        env_command_lines("PREFLIGHT_TEST_COMMANDS", [])
 
 
 def test_a_relative_path_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:

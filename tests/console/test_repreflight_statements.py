@@ -1,0 +1,128 @@
+"""How many SQL statements a re-preflight costs once a lookup group has finished: the last lookup of each
+group runs one, and on a tool with two levels of lookups both sit on the critical path from submission to
+the final verdict (bench/lookups.py). The count is pinned so that a new statement cannot slip in unnoticed."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from console_helpers import Agent, span
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from console import models, services, tasks
+
+pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the statements are PostgreSQL's")
+
+N = 3  # accounts: one owner lookup each (level 1), then one balance lookup each (level 2)
+
+SWEEP: dict[str, Any] = {
+    "name": "sweep",
+    "description": "Sweep the customer's accounts into one.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "customer": {"type": "string"},
+            "amount": {"type": "number"},
+            **{f"acct_{i}": {"type": "string"} for i in range(N)},
+        },
+        "required": ["customer", "amount", *(f"acct_{i}" for i in range(N))],
+    },
+    "x-preflight": {
+        "state_change": "money moves from every account of the customer",
+        "slots": {f"acct_{i}": {"sources": ["observed"], "measure": f"owner_{i}"} for i in range(N)},
+        "measures": {
+            **{
+                f"owner_{i}": {"lookup": "sweep.account", "args": {"customer": "arg:customer", "n": i}}
+                for i in range(N)
+            },
+            **{
+                f"balance_{i}": {"lookup": "sweep.balance", "args": {"account": f"arg:acct_{i}"}}
+                for i in range(N)
+            },
+        },
+        "conditions": [
+            {"id": f"covered_{i}", "check": f"measure.balance_{i} >= arg.amount", "on_false": "hold"}
+            for i in range(N)
+        ],
+    },
+}
+
+# BEGIN; the decision (execution, none pending), the execution locked, not run yet, lost lookups expired;
+# contract, active rules, evidence (answers, observations and approvals in one read), presets; [measure: how
+# often each key was looked up]; UPDATE execution, INSERT record, then [measure: the next group's lookups |
+# execute: the grant]; chain lock, chain head, INSERT audit events; COMMIT.
+BEFORE = ["BEGIN", "SELECT execution", "SELECT observation", "SELECT execution", "SELECT grant"]
+READS = ["UPDATE observation", "SELECT toolcontract", "SELECT ruleset", "SELECT answer", "SELECT preset"]
+AUDIT = ["SELECT pg_advisory_xact_lock", "SELECT auditevent", "INSERT auditevent", "COMMIT"]
+WRITES = ["UPDATE execution", "INSERT preflightrecord"]
+EXPECTED_MEASURE = [*BEFORE, *READS, "SELECT observation", *WRITES, "INSERT observation", *AUDIT]
+EXPECTED_EXECUTE = [*BEFORE, *READS, *WRITES, "INSERT grant", *AUDIT]
+
+
+def shape(sql: str) -> str:
+    """The verb and the first table named: "SELECT execution" for any read of console_execution."""
+    if "pg_advisory_xact_lock" in sql:
+        return "SELECT pg_advisory_xact_lock"
+    table = re.search(r"console_(\w+)", sql)
+    return f"{sql.split()[0].upper()} {table.group(1) if table else ''}".strip()
+
+
+def sweep_request() -> dict[str, Any]:
+    text = "Sweep 10 EUR from every account of customer C-1001 now."
+    return {
+        "server": "bank",
+        "tool": "sweep",
+        "principal": "user:alice",
+        "conversation": [{"role": "user", "content": text, "trusted": True}],
+        "candidates": {
+            "customer": {"value": "C-1001", "pointer": span(text, "C-1001")},
+            "amount": {"value": 10, "pointer": span(text, "10")},
+        },
+        "action_name": span(text, "Sweep"),
+        "timing": {"mode": "immediate", "pointer": span(text, "now")},
+    }
+
+
+def fill_lookups(execution_id: str) -> None:
+    """What the group's lookup tasks record, without running them."""
+    for o in models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True):
+        value = f"DE{o.args['n']:020d}" if o.lookup == "sweep.account" else 1000
+        assert services.observation_fill(
+            observation_id=o.pk, value=value, error=None, observed_at=datetime.now(UTC)
+        )
+
+
+def statements_of_settling(execution_id: str, verdict: str) -> list[str]:
+    fill_lookups(execution_id)
+    with CaptureQueriesContext(connection) as queries:
+        stored = services.lookups_settled(execution_id=execution_id, filled=True)
+    assert stored is not None
+    assert stored.verdict == verdict
+    return [shape(q["sql"]) for q in queries.captured_queries]
+
+
+def test_a_re_preflight_after_a_lookup_group_takes_eighteen_statements_or_seventeen_when_it_grants(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The groups' tasks do not run: the test records their results itself, then settles as the last one would.
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)
+    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
+    response = agent.post("/api/v1/executions", sweep_request())
+    assert response.status_code == 201
+    assert response.json()["verdict"] == "measure"
+    execution_id = response.json()["id"]
+
+    assert statements_of_settling(execution_id, "measure") == EXPECTED_MEASURE
+    assert statements_of_settling(execution_id, "execute") == EXPECTED_EXECUTE
+
+    stored = models.PreflightRecord.objects.filter(execution_id=execution_id).order_by("seq")
+    assert [(r.seq, r.trigger, r.verdict) for r in stored] == [
+        (1, "create", "measure"),
+        (2, "lookups", "measure"),
+        (3, "lookups", "execute"),
+    ]
+    assert models.Grant.objects.filter(execution_id=execution_id, record=stored.last()).count() == 1
