@@ -21,7 +21,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
-from django.db.models import Count, Q
 from django.utils import timezone
 
 from console import connectors, models, records
@@ -420,14 +419,32 @@ _LOOKUP_COUNTS = "_preflight_lookup_counts"
 
 
 def _lookup_counts(execution: models.Execution, keys: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """{key: (lookups so far, lookups running)} for the execution's lookups of these keys."""
-    return {
-        key: (n, running)
-        for key, n, running in models.Observation.objects.filter(execution=execution, key__in=keys)
-        .values_list("key")
-        .annotate(n=Count("pk"), running=Count("pk", filter=Q(observed_at__isnull=True)))
-        .values_list("key", "n", "running")
-    }
+    """{key: (lookups so far, lookups running)} for the execution's lookups of these keys. Plain SQL: the
+    ORM's annotate spent more CPU building this small read than PostgreSQL spent running it, on the path
+    between two levels of lookups. Every key of the execution is counted (it has a few rows per key) and the
+    rest dropped here: one statement text for any frontier, on every database."""
+    sql = _LOOKUP_COUNTS_SQL.get(connection.vendor)
+    if sql is None:
+        sql = _LOOKUP_COUNTS_SQL[connection.vendor] = (
+            f"SELECT {connection.ops.quote_name('key')}, COUNT(*), COUNT(*) - COUNT(observed_at)"
+            f" FROM {records.table(models.Observation)} WHERE execution_id = %s"
+            f" GROUP BY {connection.ops.quote_name('key')}"
+        )
+    wanted = set(keys)
+    rows = records.raw_rows(sql, [_execution_pk(execution.pk)])
+    return {key: (n, running) for key, n, running in rows if key in wanted}
+
+
+_LOOKUP_COUNTS_SQL: dict[str, str] = {}
+
+# psycopg._queries.MAX_CACHED_STATEMENT_PARAMS: the most parameters of a statement whose parse it keeps.
+_INSERT_PARAMS = 50
+
+
+def _execution_pk(execution_id: Any) -> Any:
+    pk = models.Execution._meta.pk
+    assert pk is not None
+    return pk.get_db_prep_value(pk.to_python(execution_id), connection)
 
 
 def _exhausted_lookups(execution: models.Execution, record: Record, now: datetime) -> bool:
@@ -454,10 +471,28 @@ def _exhausted_lookups(execution: models.Execution, record: Record, now: datetim
 
 def _expire_lost_lookups(execution: models.Execution, now: datetime) -> None:
     # A lookup whose task vanished (worker and broker both lost it) must not keep the execution waiting.
+    # Plain SQL, built once: the ORM spent more CPU building this UPDATE than PostgreSQL spent running it.
+    sql = _EXPIRE_SQL.get(connection.vendor)
+    if sql is None:
+        sql = _EXPIRE_SQL[connection.vendor] = (
+            f"UPDATE {records.table(models.Observation)} SET error = %s, observed_at = %s"
+            " WHERE execution_id = %s AND observed_at IS NULL AND dispatched_at < %s"
+        )
     cutoff = now - timedelta(seconds=settings.PREFLIGHT_LOOKUP_LOST_AFTER_S)
-    models.Observation.objects.filter(
-        execution=execution, observed_at__isnull=True, dispatched_at__lt=cutoff
-    ).update(error="the lookup was lost (no result within the time limit)", observed_at=now)
+    field = models.Observation._meta.get_field("observed_at")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [
+                "the lookup was lost (no result within the time limit)",
+                field.get_db_prep_value(now, connection),
+                _execution_pk(execution.pk),
+                field.get_db_prep_value(cutoff, connection),
+            ],
+        )
+
+
+_EXPIRE_SQL: dict[str, str] = {}
 
 
 def _preflight_and_record(
@@ -467,9 +502,12 @@ def _preflight_and_record(
     fresh: bool = False,
     rows: list[models.ToolContract] | None = None,
     audit: Mapping[str, Any] | None = None,
+    none_pending: bool = False,
 ) -> models.PreflightRecord:
+    """`none_pending`: the caller saw, under the execution's row lock, that no lookup of it is pending, so
+    there is none to expire (only a holder of that lock adds lookups)."""
     now = _now()
-    if not fresh:
+    if not fresh and not none_pending:
         _expire_lost_lookups(execution, now)
     record, row = _preflight(execution, fresh=fresh, rows=rows)
     if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
@@ -608,10 +646,15 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         for m in record.measures
         if not seen.get(m.key, (0, 0))[1]  # one is running already: its group's last task preflights again
     ]
-    # One INSERT for the frontier, not one per lookup.
-    models.Observation.objects.bulk_create(rows)
-    keys = [row.key for row in rows]
-    if keys:
+    if rows:
+        # Few INSERTs for the frontier, not one per lookup, with their SQL built once per size. At most
+        # _INSERT_PARAMS parameters each: psycopg keeps its parse of a statement (and prepares it on the
+        # server) only up to 50 parameters; above that it parsed the frontier's INSERT again on every call,
+        # ~10% of a worker's CPU in bench/lookups.py (10 lookups of 11 columns), GIL time its lookups share.
+        per = max(1, _INSERT_PARAMS // len(models.Observation._meta.concrete_fields))
+        for at in range(0, len(rows), per):
+            records.insert_rows(rows[at : at + per])
+        keys = [row.key for row in rows]
         from console import tasks
 
         transaction.on_commit(partial(tasks.dispatch_lookups, str(execution.pk), keys))
@@ -748,10 +791,81 @@ def execution_repreflight(*, execution_id: Any, trigger: str) -> models.Prefligh
 @transaction.atomic
 def observation_fill(*, observation_id: int, value: Any, error: str | None, observed_at: datetime) -> bool:
     """Record a lookup's result. Conditional, so of two deliveries of one task only the first counts."""
-    filled = models.Observation.objects.filter(pk=observation_id, observed_at__isnull=True).update(
-        value=None if error else value, error=error, observed_at=observed_at
-    )
-    return filled == 1
+    # Plain SQL, built once: every lookup task runs this, and the ORM spent more CPU (under the GIL the
+    # threads of a frontier share) building the UPDATE than PostgreSQL spent running it.
+    sql = _FILL_SQL.get(connection.vendor)
+    meta = models.Observation._meta
+    if sql is None:
+        sql = _FILL_SQL[connection.vendor] = (
+            f"UPDATE {records.table(models.Observation)} SET value = %s, error = %s, observed_at = %s"
+            " WHERE id = %s AND observed_at IS NULL"
+        )
+    params = [
+        meta.get_field("value").get_db_prep_save(None if error else value, connection),
+        error,
+        meta.get_field("observed_at").get_db_prep_save(observed_at, connection),
+        observation_id,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount == 1
+
+
+_FILL_SQL: dict[str, str] = {}
+
+
+def _lock_execution_row(execution_id: Any) -> models.Execution | None:
+    """The execution, locked as `_lock_execution` locks it, in plain SQL built once: the ORM spent ~1 ms of
+    CPU building that locked read, on the path between two levels of lookups, under the GIL the worker's
+    lookups share. Without its contract: a preflight sets the contract it chose."""
+    built = _LOCK_ROW.get(connection.vendor)
+    if built is None:
+        meta = models.Execution._meta
+        fields = list(meta.concrete_fields)
+        # FOR NO KEY UPDATE: see `_lock_execution`. SQLite has no row locks (it has one writer at a time).
+        lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
+        sql = (
+            f"SELECT {', '.join(connection.ops.quote_name(f.column) for f in fields)}"
+            f" FROM {records.table(models.Execution)} WHERE {connection.ops.quote_name(meta.pk.column)} = %s"
+            + lock
+        )
+        # The conversions the ORM applies to each column it reads (JSON text, SQLite's UUIDs and timestamps).
+        converters = []
+        for f in fields:
+            col = f.get_col(meta.db_table)
+            converters.append((col, connection.ops.get_db_converters(col) + f.get_db_converters(connection)))
+        built = _LOCK_ROW[connection.vendor] = (sql, [f.attname for f in fields], converters)
+    sql, names, converters = built
+    try:
+        pk = _execution_pk(execution_id)
+    except (ValidationError, ValueError):
+        return None
+    rows = records.raw_rows(sql, [pk])
+    if not rows:
+        return None
+    values = []
+    for value, (col, convert) in zip(rows[0], converters, strict=True):
+        for fn in convert:
+            value = fn(value, col, connection)
+        values.append(value)
+    return models.Execution.from_db(connection.alias, names, values)
+
+
+_LOCK_ROW: dict[str, tuple[str, list[str], list[tuple[Any, list[Any]]]]] = {}
+
+
+def lookups_pending(execution_id: Any) -> bool:
+    """Whether any lookup of the execution is still pending (read without a lock; see `lookups_settled`)."""
+    sql = _PENDING_SQL.get(connection.vendor)
+    if sql is None:
+        sql = _PENDING_SQL[connection.vendor] = (
+            f"SELECT 1 FROM {records.table(models.Observation)}"
+            " WHERE execution_id = %s AND observed_at IS NULL LIMIT 1"
+        )
+    return bool(records.raw_rows(sql, [_execution_pk(execution_id)]))
+
+
+_PENDING_SQL: dict[str, str] = {}
 
 
 @transaction.atomic
@@ -760,26 +874,29 @@ def lookups_settled(*, execution_id: Any, filled: bool) -> models.PreflightRecor
     the latest record waits on lookups. `filled`: that task recorded its result just now (a redelivered copy
     finds it recorded). Returns the new record, if one was made.
 
+    Callers look first without the lock (`lookups_pending`, after their own fill has committed) and call this
+    only when none is pending, so the tasks of a group that are not the last do not queue on the row lock.
+    That skips no settle, under READ COMMITTED: each fill commits before its task looks, and each look sees
+    every fill committed before it began, so the task whose fill commits last looks after every fill of the
+    group has committed and sees none pending (lookups are only added by a preflight under the row lock,
+    which commits them before the lock is let go). Several tasks may see none pending and all get here; the
+    lock orders them, and the look again under it turns the others away once the first has dispatched the next
+    group or recorded `execute`.
+
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
     `execute` would mint a new grant and void the one the agent holds."""
-    # Only what the decision needs: the lookups of a group that finish together may all get here, and all but
-    # the first to take the lock find the next group pending.
-    decide = (
-        models.Execution.objects.select_for_update(of=("self",), no_key=True)
-        .only("verdict", "rejected_at")
-        .filter(pk=execution_id)
-        .first()
-    )
-    if decide is None:
+    # Locked once, all of it (for the preflight): all but the last of a group stopped before the lock.
+    execution = _lock_execution_row(execution_id)
+    if execution is None:
         return None
-    if models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True).exists():
+    # Read after the lock is held: the statement sees every group a settle before this one dispatched.
+    if lookups_pending(execution_id):
         return None  # a newer group was dispatched meanwhile: its last lookup preflights
-    if decide.verdict != "measure" and not (filled and _may_wait_on_lookups(decide)):
+    if execution.verdict != "measure" and not (filled and _may_wait_on_lookups(execution)):
         return None
-    execution = _lock_execution(execution_id)  # all of it, for the preflight (locked already)
     if _has_run(execution):
         return None  # a fresh `execute` would mint a second grant for a call that happened
-    return _preflight_and_record(execution, trigger="lookups")
+    return _preflight_and_record(execution, trigger="lookups", none_pending=True)
 
 
 def _may_wait_on_lookups(execution: models.Execution) -> bool:

@@ -161,8 +161,9 @@ def _preflight_if_settled(execution_id: str, *, filled: bool) -> None:
     """Preflight again once no lookup of the execution is pending: the group is done. `filled`: this task
     recorded its lookup's result just now (a redelivered copy finds it recorded already)."""
     # Without the lock first: all but the last of a group stop here, instead of queueing on the row lock.
-    # Each task looks after committing its own row, so the last to commit sees none pending.
-    if models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True).exists():
+    # Each task looks after committing its own row, so the last to commit sees none pending (the argument is
+    # in `services.lookups_settled`).
+    if services.lookups_pending(execution_id):
         return
     services.lookups_settled(execution_id=execution_id, filled=filled)
 

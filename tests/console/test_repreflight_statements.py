@@ -51,12 +51,12 @@ SWEEP: dict[str, Any] = {
     },
 }
 
-# BEGIN; the decision (execution, none pending), the execution locked, not run yet, lost lookups expired;
-# contract, active rules, evidence (answers, observations and approvals in one read), presets; [measure: how
-# often each key was looked up]; UPDATE execution, INSERT record, then [measure: the next group's lookups |
-# execute: the grant]; chain lock, chain head, INSERT audit events; COMMIT.
-BEFORE = ["BEGIN", "SELECT execution", "SELECT observation", "SELECT execution", "SELECT grant"]
-READS = ["UPDATE observation", "SELECT toolcontract", "SELECT ruleset", "SELECT answer", "SELECT preset"]
+# BEGIN; the execution locked (once), none pending under the lock, not run yet (no lost lookups to expire:
+# none is pending); contract, active rules, evidence (answers, observations and approvals in one read),
+# presets; [measure: how often each key was looked up]; UPDATE execution, INSERT record, then [measure: the
+# next group's lookups | execute: the grant]; chain lock, chain head, INSERT audit events; COMMIT.
+BEFORE = ["BEGIN", "SELECT execution", "SELECT observation", "SELECT grant"]
+READS = ["SELECT toolcontract", "SELECT ruleset", "SELECT answer", "SELECT preset"]
 AUDIT = ["SELECT pg_advisory_xact_lock", "SELECT auditevent", "INSERT auditevent", "COMMIT"]
 WRITES = ["UPDATE execution", "INSERT preflightrecord"]
 EXPECTED_MEASURE = [*BEFORE, *READS, "SELECT observation", *WRITES, "INSERT observation", *AUDIT]
@@ -105,7 +105,7 @@ def statements_of_settling(execution_id: str, verdict: str) -> list[str]:
     return [shape(q["sql"]) for q in queries.captured_queries]
 
 
-def test_a_re_preflight_after_a_lookup_group_takes_eighteen_statements_or_seventeen_when_it_grants(
+def test_a_re_preflight_after_a_lookup_group_takes_sixteen_statements_or_fifteen_when_it_grants(
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The groups' tasks do not run: the test records their results itself, then settles as the last one would.
@@ -126,3 +126,32 @@ def test_a_re_preflight_after_a_lookup_group_takes_eighteen_statements_or_sevent
         (3, "lookups", "execute"),
     ]
     assert models.Grant.objects.filter(execution_id=execution_id, record=stored.last()).count() == 1
+
+
+def test_a_group_is_pending_until_its_last_lookup_is_filled_and_settles_once(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every task of a group that finishes together may see none pending (the unlocked look) and settle: the
+    # first preflights again, the others find the next group pending under the lock and change nothing.
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)
+    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
+    response = agent.post("/api/v1/executions", sweep_request())
+    execution_id = response.json()["id"]
+    pending = list(models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True))
+    assert len(pending) == N
+    for o in pending:
+        assert services.lookups_pending(execution_id)
+        assert services.observation_fill(
+            observation_id=o.pk, value=f"DE{o.args['n']:020d}", error=None, observed_at=datetime.now(UTC)
+        )
+        # A redelivered copy of the same task does not fill it twice.
+        assert not services.observation_fill(
+            observation_id=o.pk, value="other", error=None, observed_at=datetime.now(UTC)
+        )
+    assert not services.lookups_pending(execution_id)
+
+    settled = [services.lookups_settled(execution_id=execution_id, filled=True) for _ in range(N)]
+
+    assert [s is not None for s in settled] == [True] + [False] * (N - 1)
+    assert models.PreflightRecord.objects.filter(execution_id=execution_id).count() == 2
+    assert services.lookups_pending(execution_id)  # the next group, dispatched by the first settle
