@@ -57,6 +57,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from machine import speed_line  # noqa: E402
+
 TARGET_RATE = 200.0
 TARGET_P99_MS = 25.0
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -592,6 +594,7 @@ def main() -> int:
         f"gunicorn {args.worker_class} {args.workers} workers x {args.threads} threads, {cpus} cores"
         + (", statements not prepared" if args.unprepared else "")
     )
+    print(speed_line())
     token = prepare(args.db, env, args.scenario)
     rng = random.Random(1)
     bodies = [json.dumps(request_body(rng, args.scenario)).encode() for _ in range(1000)]

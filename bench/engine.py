@@ -39,6 +39,7 @@ from catalog_util import (  # noqa: E402
     catalogs_present,
     grounded_request,
 )
+from machine import speed_line  # noqa: E402
 
 from preflight import (  # noqa: E402
     Candidate,
@@ -252,15 +253,6 @@ def bench_synthetic(iterations: int, warmup: int, profile: bool, repeat: int = 1
     print()
 
 
-def calibrate() -> float:
-    """Seconds for a fixed pure-Python loop: lets figures from different machines be compared."""
-    t0 = time.perf_counter()
-    total = 0
-    for i in range(5_000_000):
-        total += i
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -272,9 +264,7 @@ def main() -> None:
     per_tool, synthetic_n = (20, 2_000) if args.quick else (100, 20_000)
     gc.collect()
     print(f"Python {sys.version.split()[0]}, single thread, time.perf_counter_ns")
-    print(
-        f"machine speed: a 5M-iteration Python add loop takes {calibrate():.2f} s (compare across machines)\n"
-    )
+    print(speed_line() + "\n")
     bench_synthetic(synthetic_n, 500, args.profile, max(1, args.repeat))
     bench_catalogs(per_tool, 10)
 
