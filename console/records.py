@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -66,6 +66,21 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def per_vendor[T](build: Callable[[], T]) -> Callable[[], T]:
+    """`build` run once per database vendor and kept: for the statement texts of hot paths, where the ORM
+    spent more CPU building a small query than PostgreSQL spent running it (bench/api.py, bench/lookups.py).
+    """
+    built: dict[str, T] = {}
+
+    def get() -> T:
+        found = built.get(connection.vendor)
+        if found is None:
+            found = built[connection.vendor] = build()
+        return found
+
+    return get
 
 
 def json_value(raw: Any) -> Any:
@@ -258,31 +273,26 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
     )
 
 
-_evidence: dict[str, str] = {}
-
-
+@per_vendor
 def _evidence_sql() -> str:
     """Answers, observations and approvals of an execution (the approver's username joined in) in one read:
     one round trip instead of three, and no ORM query building (bench/lookups.py re-preflights twice on its
     critical path). Columns: kind (1 answer, 2 observation, 3 approval), id, slot or observation key, JSON
     value, who (answered_by, measure, approver), when (observed_at, created_at), digest, error."""
-    sql = _evidence.get(connection.vendor)
-    if sql is None:
-        user = get_user_model()
-        quote = connection.ops.quote_name
-        username = quote(user._meta.get_field(user.USERNAME_FIELD).column)
-        user_pk = quote(user._meta.pk.column)
-        sql = _evidence[connection.vendor] = (
-            f"SELECT 1, id, slot_key, value, answered_by, NULL, NULL, NULL"
-            f" FROM {table(models.Answer)} WHERE execution_id = %s"
-            " UNION ALL SELECT 2, id, key, value, measure, observed_at, args_digest, error"
-            f" FROM {table(models.Observation)} WHERE execution_id = %s"
-            f" UNION ALL SELECT 3, a.id, a.slot_key, NULL, u.{username}, a.created_at, a.value_digest, NULL"
-            f" FROM {table(models.Approval)} a JOIN {table(user)} u ON u.{user_pk} = a.approver_id"
-            " WHERE a.execution_id = %s"
-            " ORDER BY 1, 2"
-        )
-    return sql
+    user = get_user_model()
+    quote = connection.ops.quote_name
+    username = quote(user._meta.get_field(user.USERNAME_FIELD).column)
+    user_pk = quote(user._meta.pk.column)
+    return (
+        f"SELECT 1, id, slot_key, value, answered_by, NULL, NULL, NULL"
+        f" FROM {table(models.Answer)} WHERE execution_id = %s"
+        " UNION ALL SELECT 2, id, key, value, measure, observed_at, args_digest, error"
+        f" FROM {table(models.Observation)} WHERE execution_id = %s"
+        f" UNION ALL SELECT 3, a.id, a.slot_key, NULL, u.{username}, a.created_at, a.value_digest, NULL"
+        f" FROM {table(models.Approval)} a JOIN {table(user)} u ON u.{user_pk} = a.approver_id"
+        " WHERE a.execution_id = %s"
+        " ORDER BY 1, 2"
+    )
 
 
 def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:

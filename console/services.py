@@ -423,19 +423,19 @@ def _lookup_counts(execution: models.Execution, keys: Sequence[str]) -> dict[str
     ORM's annotate spent more CPU building this small read than PostgreSQL spent running it, on the path
     between two levels of lookups. Every key of the execution is counted (it has a few rows per key) and the
     rest dropped here: one statement text for any frontier, on every database."""
-    sql = _LOOKUP_COUNTS_SQL.get(connection.vendor)
-    if sql is None:
-        sql = _LOOKUP_COUNTS_SQL[connection.vendor] = (
-            f"SELECT {connection.ops.quote_name('key')}, COUNT(*), COUNT(*) - COUNT(observed_at)"
-            f" FROM {records.table(models.Observation)} WHERE execution_id = %s"
-            f" GROUP BY {connection.ops.quote_name('key')}"
-        )
     wanted = set(keys)
-    rows = records.raw_rows(sql, [_execution_pk(execution.pk)])
+    rows = records.raw_rows(_lookup_counts_sql(), [_execution_pk(execution.pk)])
     return {key: (n, running) for key, n, running in rows if key in wanted}
 
 
-_LOOKUP_COUNTS_SQL: dict[str, str] = {}
+@records.per_vendor
+def _lookup_counts_sql() -> str:
+    key = connection.ops.quote_name("key")
+    return (
+        f"SELECT {key}, COUNT(*), COUNT(*) - COUNT(observed_at)"
+        f" FROM {records.table(models.Observation)} WHERE execution_id = %s GROUP BY {key}"
+    )
+
 
 # psycopg._queries.MAX_CACHED_STATEMENT_PARAMS: the most parameters of a statement whose parse it keeps.
 _INSERT_PARAMS = 50
@@ -472,17 +472,11 @@ def _exhausted_lookups(execution: models.Execution, record: Record, now: datetim
 def _expire_lost_lookups(execution: models.Execution, now: datetime) -> None:
     # A lookup whose task vanished (worker and broker both lost it) must not keep the execution waiting.
     # Plain SQL, built once: the ORM spent more CPU building this UPDATE than PostgreSQL spent running it.
-    sql = _EXPIRE_SQL.get(connection.vendor)
-    if sql is None:
-        sql = _EXPIRE_SQL[connection.vendor] = (
-            f"UPDATE {records.table(models.Observation)} SET error = %s, observed_at = %s"
-            " WHERE execution_id = %s AND observed_at IS NULL AND dispatched_at < %s"
-        )
     cutoff = now - timedelta(seconds=settings.PREFLIGHT_LOOKUP_LOST_AFTER_S)
     field = models.Observation._meta.get_field("observed_at")
     with connection.cursor() as cursor:
         cursor.execute(
-            sql,
+            _expire_sql(),
             [
                 "the lookup was lost (no result within the time limit)",
                 field.get_db_prep_value(now, connection),
@@ -492,7 +486,12 @@ def _expire_lost_lookups(execution: models.Execution, now: datetime) -> None:
         )
 
 
-_EXPIRE_SQL: dict[str, str] = {}
+@records.per_vendor
+def _expire_sql() -> str:
+    return (
+        f"UPDATE {records.table(models.Observation)} SET error = %s, observed_at = %s"
+        " WHERE execution_id = %s AND observed_at IS NULL AND dispatched_at < %s"
+    )
 
 
 def _preflight_and_record(
@@ -793,13 +792,7 @@ def observation_fill(*, observation_id: int, value: Any, error: str | None, obse
     """Record a lookup's result. Conditional, so of two deliveries of one task only the first counts."""
     # Plain SQL, built once: every lookup task runs this, and the ORM spent more CPU (under the GIL the
     # threads of a frontier share) building the UPDATE than PostgreSQL spent running it.
-    sql = _FILL_SQL.get(connection.vendor)
     meta = models.Observation._meta
-    if sql is None:
-        sql = _FILL_SQL[connection.vendor] = (
-            f"UPDATE {records.table(models.Observation)} SET value = %s, error = %s, observed_at = %s"
-            " WHERE id = %s AND observed_at IS NULL"
-        )
     params = [
         meta.get_field("value").get_db_prep_save(None if error else value, connection),
         error,
@@ -807,35 +800,23 @@ def observation_fill(*, observation_id: int, value: Any, error: str | None, obse
         observation_id,
     ]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_fill_sql(), params)
         return cursor.rowcount == 1
 
 
-_FILL_SQL: dict[str, str] = {}
+@records.per_vendor
+def _fill_sql() -> str:
+    return (
+        f"UPDATE {records.table(models.Observation)} SET value = %s, error = %s, observed_at = %s"
+        " WHERE id = %s AND observed_at IS NULL"
+    )
 
 
 def _lock_execution_row(execution_id: Any) -> models.Execution | None:
     """The execution, locked as `_lock_execution` locks it, in plain SQL built once: the ORM spent ~1 ms of
     CPU building that locked read, on the path between two levels of lookups, under the GIL the worker's
     lookups share. Without its contract: a preflight sets the contract it chose."""
-    built = _LOCK_ROW.get(connection.vendor)
-    if built is None:
-        meta = models.Execution._meta
-        fields = list(meta.concrete_fields)
-        # FOR NO KEY UPDATE: see `_lock_execution`. SQLite has no row locks (it has one writer at a time).
-        lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
-        sql = (
-            f"SELECT {', '.join(connection.ops.quote_name(f.column) for f in fields)}"
-            f" FROM {records.table(models.Execution)} WHERE {connection.ops.quote_name(meta.pk.column)} = %s"
-            + lock
-        )
-        # The conversions the ORM applies to each column it reads (JSON text, SQLite's UUIDs and timestamps).
-        converters = []
-        for f in fields:
-            col = f.get_col(meta.db_table)
-            converters.append((col, connection.ops.get_db_converters(col) + f.get_db_converters(connection)))
-        built = _LOCK_ROW[connection.vendor] = (sql, [f.attname for f in fields], converters)
-    sql, names, converters = built
+    sql, names, converters = _lock_row_sql()
     try:
         pk = _execution_pk(execution_id)
     except (ValidationError, ValueError):
@@ -851,21 +832,36 @@ def _lock_execution_row(execution_id: Any) -> models.Execution | None:
     return models.Execution.from_db(connection.alias, names, values)
 
 
-_LOCK_ROW: dict[str, tuple[str, list[str], list[tuple[Any, list[Any]]]]] = {}
+@records.per_vendor
+def _lock_row_sql() -> tuple[str, list[str], list[tuple[Any, list[Any]]]]:
+    meta = models.Execution._meta
+    fields = list(meta.concrete_fields)
+    # FOR NO KEY UPDATE: see `_lock_execution`. SQLite has no row locks (it has one writer at a time).
+    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
+    sql = (
+        f"SELECT {', '.join(connection.ops.quote_name(f.column) for f in fields)}"
+        f" FROM {records.table(models.Execution)} WHERE {connection.ops.quote_name(meta.pk.column)} = %s"
+        + lock
+    )
+    # The conversions the ORM applies to each column it reads (JSON text, SQLite's UUIDs and timestamps).
+    converters = []
+    for f in fields:
+        col = f.get_col(meta.db_table)
+        converters.append((col, connection.ops.get_db_converters(col) + f.get_db_converters(connection)))
+    return sql, [f.attname for f in fields], converters
 
 
 def lookups_pending(execution_id: Any) -> bool:
     """Whether any lookup of the execution is still pending (read without a lock; see `lookups_settled`)."""
-    sql = _PENDING_SQL.get(connection.vendor)
-    if sql is None:
-        sql = _PENDING_SQL[connection.vendor] = (
-            f"SELECT 1 FROM {records.table(models.Observation)}"
-            " WHERE execution_id = %s AND observed_at IS NULL LIMIT 1"
-        )
-    return bool(records.raw_rows(sql, [_execution_pk(execution_id)]))
+    return bool(records.raw_rows(_pending_sql(), [_execution_pk(execution_id)]))
 
 
-_PENDING_SQL: dict[str, str] = {}
+@records.per_vendor
+def _pending_sql() -> str:
+    return (
+        f"SELECT 1 FROM {records.table(models.Observation)}"
+        " WHERE execution_id = %s AND observed_at IS NULL LIMIT 1"
+    )
 
 
 @transaction.atomic
