@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework.test import APIClient
@@ -73,6 +74,29 @@ def transfer_v2() -> dict[str, Any]:
 def span(text: str, part: str, turn: int = 0) -> dict[str, int]:
     start = text.index(part)
     return {"turn": turn, "start": start, "end": start + len(part)}
+
+
+def said(
+    server: str,
+    tool: str,
+    text: str,
+    values: Mapping[str, Any],
+    *,
+    action: str,
+    principal: str = "user:alice",
+    when: str = "now",
+) -> dict[str, Any]:
+    """A request the user made in one trusted turn of `text`: each value pointed at where the text says it,
+    the action at `action`, an immediate timing at `when`."""
+    return {
+        "server": server,
+        "tool": tool,
+        "principal": principal,
+        "conversation": [{"role": "user", "content": text, "trusted": True}],
+        "candidates": {k: {"value": v, "pointer": span(text, str(v))} for k, v in values.items()},
+        "action_name": span(text, action),
+        "timing": {"mode": "immediate", "pointer": span(text, when)},
+    }
 
 
 def transfer_request(

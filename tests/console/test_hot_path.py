@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from console_helpers import Agent, Downstream, span, transfer_request
+from console_helpers import Agent, Downstream, said, transfer_request
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
@@ -28,16 +28,9 @@ NOTE: dict[str, Any] = {
 
 
 def note_request() -> dict[str, Any]:
-    text = "Post the note lunch at noon now."
-    return {
-        "server": "board",
-        "tool": "post_note",
-        "principal": "user:alice",
-        "conversation": [{"role": "user", "content": text, "trusted": True}],
-        "candidates": {"text": {"value": "lunch at noon", "pointer": span(text, "lunch at noon")}},
-        "action_name": span(text, "Post"),
-        "timing": {"mode": "immediate", "pointer": span(text, "now")},
-    }
+    return said(
+        "board", "post_note", "Post the note lunch at noon now.", {"text": "lunch at noon"}, action="Post"
+    )
 
 
 def chain_is_intact() -> bool:

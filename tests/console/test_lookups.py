@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from console_helpers import ALICE_MAIN, Agent, Downstream, span, transfer_request
+from console_helpers import ALICE_MAIN, Agent, Downstream, said, transfer_request
 from kombu.exceptions import OperationalError
 
 from console import connectors, models, services, tasks
@@ -53,18 +53,7 @@ def fx(downstream: Downstream) -> Downstream:
 
 def convert_request() -> dict[str, Any]:
     text = f"Convert 100 from {ALICE_MAIN} now"
-    return {
-        "server": "bank",
-        "tool": "convert",
-        "principal": "user:alice",
-        "conversation": [{"role": "user", "content": text, "trusted": True}],
-        "candidates": {
-            "account": {"value": ALICE_MAIN, "pointer": span(text, ALICE_MAIN)},
-            "amount": {"value": 100, "pointer": span(text, "100")},
-        },
-        "action_name": span(text, "Convert"),
-        "timing": {"mode": "immediate", "pointer": span(text, "now")},
-    }
+    return said("bank", "convert", text, {"account": ALICE_MAIN, "amount": 100}, action="Convert")
 
 
 @pytest.mark.django_db(transaction=True)

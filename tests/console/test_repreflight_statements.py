@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from console_helpers import Agent, span
+from console_helpers import Agent, said
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -73,18 +73,7 @@ def shape(sql: str) -> str:
 
 def sweep_request() -> dict[str, Any]:
     text = "Sweep 10 EUR from every account of customer C-1001 now."
-    return {
-        "server": "bank",
-        "tool": "sweep",
-        "principal": "user:alice",
-        "conversation": [{"role": "user", "content": text, "trusted": True}],
-        "candidates": {
-            "customer": {"value": "C-1001", "pointer": span(text, "C-1001")},
-            "amount": {"value": 10, "pointer": span(text, "10")},
-        },
-        "action_name": span(text, "Sweep"),
-        "timing": {"mode": "immediate", "pointer": span(text, "now")},
-    }
+    return said("bank", "sweep", text, {"customer": "C-1001", "amount": 10}, action="Sweep")
 
 
 def fill_lookups(execution_id: str) -> None:

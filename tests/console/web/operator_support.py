@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console_helpers import ALICE_MAIN, BOB, GET_BALANCE, TRANSFER, span, transfer_request
+from console_helpers import ALICE_MAIN, BOB, GET_BALANCE, TRANSFER, said, transfer_request
 from django.contrib.auth.models import Group, User
 
 from console import models, services
@@ -49,28 +49,11 @@ def import_catalog() -> None:
 
 def delete_repo_request(repo: str = "acme/web", principal: str = "user:carol") -> dict[str, Any]:
     text = f"Delete the repository {repo} now."
-    return {
-        "server": "repo",
-        "tool": "delete_repo",
-        "principal": principal,
-        "conversation": [{"role": "user", "content": text, "trusted": True}],
-        "candidates": {"repo": {"value": repo, "pointer": span(text, repo)}},
-        "action_name": span(text, "Delete"),
-        "timing": {"mode": "immediate", "pointer": span(text, "now")},
-    }
+    return said("repo", "delete_repo", text, {"repo": repo}, action="Delete", principal=principal)
 
 
 def purge_request() -> dict[str, Any]:
-    text = "Purge the cache now."
-    return {
-        "server": "repo",
-        "tool": "purge_cache",
-        "principal": "user:carol",
-        "conversation": [{"role": "user", "content": text, "trusted": True}],
-        "candidates": {},
-        "action_name": span(text, "Purge"),
-        "timing": {"mode": "immediate", "pointer": span(text, "now")},
-    }
+    return said("repo", "purge_cache", "Purge the cache now.", {}, action="Purge", principal="user:carol")
 
 
 def make_gaps(*, provider: int = 3, user: int = 2, purge: int = 1) -> list[models.Execution]:
