@@ -25,6 +25,7 @@ from console import models
 from console.audit import verify_all
 from console.records import record_body_digest
 from console.web.access import AUDITOR, role_required
+from console.web.filters import CatalogFilter
 
 VERDICTS = ("execute", "ask", "measure", "hold", "block", "deferred")
 PAGE_SIZE = 50
@@ -44,9 +45,7 @@ EXPORT_COLUMNS = (
 )
 
 
-class RecordFilter(forms.Form):
-    server = forms.ChoiceField(required=False)
-    tool = forms.ChoiceField(required=False)
+class RecordFilter(CatalogFilter):
     verdict = forms.ChoiceField(required=False, choices=[("", "any verdict"), *((v, v) for v in VERDICTS)])
     principal = forms.CharField(required=False, max_length=200)
     date_from = forms.DateField(required=False, label="from", widget=forms.DateInput(attrs={"type": "date"}))
@@ -55,10 +54,6 @@ class RecordFilter(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        servers = models.Server.objects.order_by("name").values_list("name", flat=True)
-        tools = models.ToolContract.objects.order_by("name").values_list("name", flat=True).distinct()
-        self.fields["server"].choices = [("", "any server"), *((s, s) for s in servers)]
-        self.fields["tool"].choices = [("", "any tool"), *((t, t) for t in tools)]
         for name, field in self.fields.items():
             field.widget.attrs["aria-label"] = name
 

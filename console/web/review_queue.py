@@ -17,6 +17,7 @@ from django.db.models import Count, F, QuerySet
 from django.utils import timezone
 
 from console import models
+from console.web.filters import CatalogFilter
 from console.web.review_rows import age
 
 HELD = models.HELD_VERDICTS
@@ -31,9 +32,7 @@ AGES = {
 PAGE_SIZE = 50
 
 
-class QueueFilter(forms.Form):
-    server = forms.ChoiceField(required=False)
-    tool = forms.ChoiceField(required=False)
+class QueueFilter(CatalogFilter):
     route = forms.ChoiceField(required=False, choices=[("", "any route"), *((r, r) for r in ROUTES)])
     gap = forms.ChoiceField(required=False, choices=[("", "any gap"), *((g, g) for g in GAP_CLASSES)])
     age = forms.ChoiceField(
@@ -48,14 +47,6 @@ class QueueFilter(forms.Form):
     )
     page = forms.IntegerField(required=False, min_value=1)
     conversation = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # The catalog's names, not free text: a filter can only name something that exists.
-        servers = models.Server.objects.order_by("name").values_list("name", flat=True)
-        tools = models.ToolContract.objects.order_by("name").values_list("name", flat=True).distinct()
-        self.fields["server"].choices = [("", "any server"), *((s, s) for s in servers)]
-        self.fields["tool"].choices = [("", "any tool"), *((t, t) for t in tools)]
 
     def selects(self) -> list[tuple[str, list[tuple[str, str]], str]]:
         """(name, choices, selected) of each drop-down, for the template to write out itself: Django's widget

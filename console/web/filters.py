@@ -1,0 +1,24 @@
+"""What the console's filter forms share: server and tool chosen from the catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from console import models
+
+
+class CatalogFilter(forms.Form):
+    """A filter form whose first two fields pick a server and a tool of the catalog."""
+
+    server = forms.ChoiceField(required=False)
+    tool = forms.ChoiceField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The catalog's names, not free text: a filter can only name something that exists.
+        servers = models.Server.objects.order_by("name").values_list("name", flat=True)
+        tools = models.ToolContract.objects.order_by("name").values_list("name", flat=True).distinct()
+        self.fields["server"].choices = [("", "any server"), *((s, s) for s in servers)]
+        self.fields["tool"].choices = [("", "any tool"), *((t, t) for t in tools)]
