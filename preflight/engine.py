@@ -942,28 +942,23 @@ class _Run:
 
     def unsettled(self, key: str, owner: DefinedBy, text: str, res: _Resolution, **more: Any) -> SlotState:
         """An expression with no value yet: held on an error, else routed like what it waits for."""
+        route: Route = "hold"
+        detail = None
+        waits_for: tuple[str, ...] = ()
         if res.error:
             detail = f"could not be evaluated: {res.reason}" if res.reason else "a lookup it reads failed"
-            return SlotState(
-                key,
-                "condition",
-                owner,
-                text,
-                "unknown",
-                route="hold",
-                findings=tuple(res.findings),
-                detail=detail,
-                **more,
-            )
+        else:
+            route, waits_for = cast(Route, res.source or "hold"), res.waits_for
         return SlotState(
             key,
             "condition",
             owner,
             text,
             "unknown",
-            route=cast(Route, res.source or "hold"),
+            route=route,
             findings=tuple(res.findings),
-            waits_for=res.waits_for,
+            detail=detail,
+            waits_for=waits_for,
             **more,
         )
 
