@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from console import connectors, models
+from console import connectors, models, review_services, services
 from console.demo import review_data
+from console.demo.review_data import ALICE_MAIN, BOB
+from preflight.approvals import value_digest
 
 
 def person(username: str, *roles: str) -> User:
@@ -48,3 +51,26 @@ def latest(execution: models.Execution) -> dict[str, Any]:
 
 def slot(record: dict[str, Any], key: str) -> dict[str, Any]:
     return next(s for s in record["slots"] if s["key"] == key)
+
+
+def settle_all_but_the_call(
+    execution: models.Execution, user: User, capture: Callable[..., Any]
+) -> dict[str, Any]:
+    """Approve the recipient, answer the memo and the account (whose balance lookup then runs): what is left
+    is the approval of the whole call."""
+    services.approval_create(
+        execution_id=execution.pk,
+        slot_key="arg:to_account",
+        value_digest_seen=value_digest(BOB),
+        approver=user,
+    )
+    review_services.execution_reviewer_answer(
+        execution_id=execution.pk, slot_key="arg:memo", value="rent", reviewer=user
+    )
+    with capture(execute=True):
+        review_services.execution_reviewer_answer(
+            execution_id=execution.pk, slot_key="arg:from_account", value=ALICE_MAIN, reviewer=user
+        )
+    record = latest(execution)
+    assert record["verdict"] == "hold", record["reasons"]
+    return record

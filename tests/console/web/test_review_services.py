@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
-from review_support import latest, person, slot, use_demo_bank
+from review_support import latest, person, settle_all_but_the_call, slot, use_demo_bank
 
 from console import models, records, review_services, services
 from console.audit import verify_all
@@ -37,23 +37,6 @@ def carol(db: None) -> User:
     return person("carol", "approver")
 
 
-def ready(execution: models.Execution, user: User, capture: Callable[..., Any]) -> dict[str, Any]:
-    services.approval_create(
-        execution_id=execution.pk,
-        slot_key="arg:to_account",
-        value_digest_seen=value_digest(BOB),
-        approver=user,
-    )
-    review_services.execution_reviewer_answer(
-        execution_id=execution.pk, slot_key="arg:memo", value="m", reviewer=user
-    )
-    with capture(execute=True):
-        review_services.execution_reviewer_answer(
-            execution_id=execution.pk, slot_key="arg:from_account", value=ALICE_MAIN, reviewer=user
-        )
-    return latest(execution)
-
-
 # ---- a reviewer's edit --------------------------------------------------------------------------------
 
 
@@ -76,7 +59,7 @@ def test_a_reviewers_edit_is_their_answer_and_is_preflighted_in_place(
 def test_an_edit_voids_the_slots_approval_and_the_grant(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = ready(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
     executed = review_services.execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
@@ -101,7 +84,7 @@ def test_an_edit_voids_the_slots_approval_and_the_grant(
 def test_approving_the_call_settles_its_approvals_and_grants_it(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = ready(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
     assert review_services.pending_call_approvals(record) == (
         ["approval:large_transfer", "approval:label-2"],
         None,
@@ -127,7 +110,7 @@ def test_approving_a_call_that_is_not_ready_is_refused(carol: User, held: models
 def test_approving_another_payload_than_the_one_shown_is_refused(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    ready(held, carol, django_capture_on_commit_callbacks)
+    settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
 
     with pytest.raises(Conflict, match="stale_value"):
         review_services.execution_approve(
@@ -138,7 +121,7 @@ def test_approving_another_payload_than_the_one_shown_is_refused(
 def test_the_requester_cannot_approve_the_call(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = ready(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
 
     with pytest.raises(Conflict, match="own_request"):
         review_services.execution_approve(
@@ -151,7 +134,7 @@ def test_the_requester_cannot_approve_the_call(
 def test_an_expired_grant_is_issued_again_for_the_same_record(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = ready(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
     stored = review_services.execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
@@ -217,7 +200,7 @@ def test_a_rejection_is_recorded_as_a_block_with_the_reason(carol: User, held: m
 def test_a_rejection_is_final(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = ready(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
     stored = review_services.execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )

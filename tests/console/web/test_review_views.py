@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
-from review_support import latest, person, signed_in, slot, slot_row, use_demo_bank
+from review_support import latest, person, settle_all_but_the_call, signed_in, slot, slot_row, use_demo_bank
 
 from console import models, review_services, services
 from console.demo import review_data
@@ -48,29 +48,6 @@ def approver(carol: User) -> Client:
 
 def url(execution: models.Execution, action: str = "") -> str:
     return f"/executions/{execution.pk}/" + (f"{action}/" if action else "")
-
-
-def settle_all_but_the_call(
-    execution: models.Execution, user: User, capture: Callable[..., Any]
-) -> dict[str, Any]:
-    """Approve the recipient, answer the memo and the account (whose balance lookup then runs): what is left
-    is the approval of the whole call."""
-    services.approval_create(
-        execution_id=execution.pk,
-        slot_key="arg:to_account",
-        value_digest_seen=value_digest(BOB),
-        approver=user,
-    )
-    review_services.execution_reviewer_answer(
-        execution_id=execution.pk, slot_key="arg:memo", value="rent", reviewer=user
-    )
-    with capture(execute=True):
-        review_services.execution_reviewer_answer(
-            execution_id=execution.pk, slot_key="arg:from_account", value=ALICE_MAIN, reviewer=user
-        )
-    record = latest(execution)
-    assert record["verdict"] == "hold", record["reasons"]
-    return record
 
 
 # ---- who may see what ------------------------------------------------------------------------------------
