@@ -1,6 +1,8 @@
 """Lookups over dependency levels: 20 measures of 100 ms each, 10 per level, depth 2.
 
     .venv/bin/python bench/lookups.py                   # both paths, 5 measured runs each
+    .venv/bin/python bench/lookups.py --runs 10 --workers 2 --concurrency 5
+    PREFLIGHT_LOOKUPS_PER_TASK=1 .venv/bin/python bench/lookups.py   # one Celery task per lookup
     .venv/bin/python bench/lookups.py --runs 10 --pool prefork --concurrency 10
     .venv/bin/python bench/lookups.py --engine-only     # no PostgreSQL / Redis needed
 
@@ -14,22 +16,29 @@ Two paths, both printed:
 
 - engine: `preflight.runner.settle`, the in-process runner (a thread per lookup of the frontier).
 - celery: the real server path. A scratch PostgreSQL database (made, migrated, dropped at the end), the
-  agent API in this process (POST /api/v1/executions), Redis, and a `celery -A console worker` subprocess
-  (threads pool, concurrency 10: the machine has 2 cores and lookups mostly wait) running HTTP measures
-  against a loopback server in this process that answers each after 100 ms. The wall time runs from just
-  before the POST to the commit of the final record (its created_at, written by the worker). It also prints
-  the CPU one run costs the worker and this process: steadier than wall time on a shared machine.
+  agent API in this process (POST /api/v1/executions), Redis, and `celery -A console worker` processes
+  running HTTP measures against a loopback measure service, a process of its own as a real one would be,
+  that answers each lookup after 100 ms. One worker by default, a threads pool of 10 (the machine has 2
+  cores and lookups mostly wait). The server's settings are the worker's: PREFLIGHT_LOOKUPS_PER_TASK (10 by
+  default: a frontier of 10 is one task, see console/tasks.py `_lookup_tasks`) comes from the environment.
+  The wall time runs from just before the POST to the commit of the final record (its created_at, written by
+  a worker). It also prints the CPU one run costs the workers and this process: steadier than wall time on
+  a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -151,7 +160,95 @@ def engine_runs(runs: int) -> list[float]:
     return walls
 
 
-# ---- celery: API + PostgreSQL + Redis + a worker process ---------------------------------------------
+# ---- the measure service: a process of its own ---------------------------------------------------------
+
+
+def serve_measures() -> None:
+    """`--serve-measures`: answer lookups after LOOKUP_S (POST /), list the calls so far (GET /calls) and
+    forget them (DELETE /calls). Prints its port, then serves until its stdin closes.
+
+    asyncio, one thread: a frontier's lookups arrive together, and a server that starts a thread per
+    connection and parses each request with http.server (~0.3 ms of CPU each, under one GIL) started the
+    10th lookup's 100 ms ~3 ms after the first, a delay of the stand-in, not of the system measured."""
+    import asyncio
+
+    calls: list[dict[str, Any]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            method, path = head.split(b" ", 2)[:2]
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = json.loads(await reader.readexactly(length)) if length else {}
+            answer: Any = {}
+            if method == b"POST" and path == b"/":
+                started = time.monotonic()
+                await asyncio.sleep(LOOKUP_S)
+                args = body.get("args") or {}
+                value = account_of(args) if body.get("measure") == "bench.account" else 1000
+                calls.append({"measure": body.get("measure"), "started": started, "ended": time.monotonic()})
+                answer = {"value": value, "observed_at": datetime.now(UTC).isoformat()}
+            elif method == b"GET":
+                answer = calls
+            elif method == b"DELETE":
+                calls.clear()
+            raw = json.dumps(answer).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                + f"Content-Length: {len(raw)}\r\n\r\n".encode()
+                + raw
+            )
+            await writer.drain()
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        # A large backlog: with the default, a frontier connecting at once lost SYNs (1 s retries).
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=128)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    asyncio.run(main())
+
+
+@dataclass(frozen=True)
+class Call:
+    measure: str
+    started: float  # time.monotonic(), the same clock in every process of this machine
+    ended: float
+
+
+class MeasureService:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve-measures"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert self.proc.stdout is not None
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}/"
+
+    def _call(self, method: str) -> Any:
+        with urllib.request.urlopen(urllib.request.Request(self.url + "calls", method=method)) as answer:
+            return json.loads(answer.read())
+
+    def reset(self) -> None:
+        self._call("DELETE")
+
+    def calls_of(self, measure: str) -> list[Call]:
+        return [
+            Call(c["measure"], c["started"], c["ended"]) for c in self._call("GET") if c["measure"] == measure
+        ]
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(5)
+
+
+# ---- celery: API + PostgreSQL + Redis + worker processes ---------------------------------------------
 
 
 def admin(sql: str) -> None:
@@ -178,7 +275,9 @@ def services_up(redis_url: str) -> str | None:
     return None
 
 
-def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple[list[float], list[str]]:
+def celery_runs(
+    runs: int, pool: str, workers: int, concurrency: int, redis_url: str
+) -> tuple[list[float], list[str]]:
     db = f"preflight_bench_lookups_{os.getpid()}"
     queue = f"bench-lookups-{uuid.uuid4().hex[:8]}"
     tmp = Path(tempfile.mkdtemp(prefix="bench-lookups-"))
@@ -197,13 +296,14 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
     admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     admin(f'CREATE DATABASE "{db}"')
     os.environ.update(env)
-    worker = None
+    started_workers: list[Any] = []
+    server = None
     try:
         import django
 
         django.setup()
         from django.core.management import call_command
-        from integration_support import MeasureServer, Worker
+        from integration_support import Worker
         from rest_framework.test import APIClient
 
         from console import models, services
@@ -211,10 +311,7 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
 
         key.write_bytes(GrantSigner.generate().to_pem())
         call_command("migrate", verbosity=0, interactive=False)
-        server = MeasureServer()
-        server.start()
-        server.answer("bench.account", account_of, delay_s=LOOKUP_S)
-        server.answer("bench.balance", lambda args: 1000, delay_s=LOOKUP_S)
+        server = MeasureService()
         services.catalog_import(server="bench", tools=[tool()], annotations_trusted=False, actor="bench")
         for name in ("bench.account", "bench.balance"):
             services.measure_create(name=name, kind="http", url=server.url, timeout_s=5, actor="bench")
@@ -222,27 +319,30 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
 
-        worker = Worker(
-            env={**os.environ, **env, "PREFLIGHT_LOG_LEVEL": "INFO"},
-            queue=queue,
-            log_dir=tmp,
-            concurrency=concurrency,
-            pool=pool,
-        )
-        worker.start()
-        assert worker.proc is not None
-        worker_pid = worker.proc.pid
-        cpu_from = cpu_seconds(worker_pid), time.process_time()
+        worker_env = {
+            **os.environ,
+            **env,
+            "PREFLIGHT_LOG_LEVEL": "INFO",
+        }
+        for n in range(workers):
+            worker = Worker(env=worker_env, queue=queue, log_dir=tmp, concurrency=concurrency, pool=pool)
+            worker.started = n  # its node name and log file
+            worker.start()
+            started_workers.append(worker)
+        pids = [w.proc.pid for w in started_workers]
+
+        def cpu_now() -> tuple[float, float]:
+            return sum(cpu_seconds(pid) for pid in pids), time.process_time()
+
+        cpu_from = cpu_now()
 
         body = request_body()
         walls: list[float] = []
         timelines: list[tuple[float, str]] = []
         for i in range(runs + 1):
             server.reset()
-            server.answer("bench.account", account_of, delay_s=LOOKUP_S)
-            server.answer("bench.balance", lambda args: 1000, delay_s=LOOKUP_S)
             if i == 1:  # after the warm-up run
-                cpu_from = cpu_seconds(worker_pid), time.process_time()
+                cpu_from = cpu_now()
             started_at, started = datetime.now(UTC), time.monotonic()
             response = client.post("/api/v1/executions", body, format="json")
             posted = time.monotonic()
@@ -251,8 +351,9 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
             deadline = time.monotonic() + 15
             while models.Execution.objects.get(pk=execution_id).verdict == "measure":
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"no final verdict within 15 s; worker log: {worker.log}")
-                time.sleep(0.01)
+                    raise SystemExit(f"no final verdict within 15 s; worker logs in {tmp}")
+                # The wall time is the final record's created_at: polling often only takes CPU from the run.
+                time.sleep(0.05)
             rows = list(models.PreflightRecord.objects.filter(execution_id=execution_id).order_by("seq"))
             assert [r.verdict for r in rows] == ["measure", "measure", "execute"], [r.verdict for r in rows]
             wall = (rows[-1].created_at - started_at).total_seconds()
@@ -271,18 +372,21 @@ def celery_runs(runs: int, pool: str, concurrency: int, redis_url: str) -> tuple
             if i:
                 walls.append(wall)
                 timelines.append((wall, timeline))
-        worker_cpu = (cpu_seconds(worker_pid) - cpu_from[0]) / max(1, runs)
-        here_cpu = (time.process_time() - cpu_from[1]) / max(1, runs)
+        cpu_to = cpu_now()
+        worker_cpu = (cpu_to[0] - cpu_from[0]) / max(1, runs)
+        here_cpu = (cpu_to[1] - cpu_from[1]) / max(1, runs)
         timelines.sort()
         return walls, [
             timelines[len(timelines) // 2][1],
             # CPU a run costs: on a loaded machine a steadier figure than wall time. "This process" is the
-            # API, the loopback measure server and the loop that waits for the verdict.
-            f"CPU per run: worker {ms(worker_cpu)}, this process {ms(here_cpu)}",
+            # API and the loop that waits for the verdict.
+            f"CPU per run: workers {ms(worker_cpu)}, this process {ms(here_cpu)}",
         ]
     finally:
-        if worker is not None:
+        for worker in started_workers:
             worker.stop()
+        if server is not None:
+            server.stop()
         from django.db import connections
 
         connections.close_all()
@@ -310,10 +414,14 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--pool", default="threads", choices=["threads", "prefork", "solo"])
-    parser.add_argument("--concurrency", type=int, default=N)
+    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=N, help="threads (or processes) per worker")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14", help="the bench's own Redis DB")
     parser.add_argument("--engine-only", action="store_true")
+    parser.add_argument("--serve-measures", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_measures:
+        return serve_measures()
 
     print(
         f"lookups: {2 * N} measures x {LOOKUP_S * 1000:.0f} ms over {DEPTH} dependency levels ({N} per level)"
@@ -328,8 +436,10 @@ def main() -> None:
     if why is not None:
         print(f"  celery: skipped: {why}")
         return
-    walls, timelines = celery_runs(args.runs, args.pool, args.concurrency, args.redis)
-    print(verdict_line(f"celery ({args.pool}, concurrency {args.concurrency})", walls))
+    walls, timelines = celery_runs(args.runs, args.pool, args.workers, args.concurrency, args.redis)
+    per_task = os.environ.get("PREFLIGHT_LOOKUPS_PER_TASK", "10")
+    label = f"celery ({args.workers} x {args.pool} {args.concurrency}, {per_task} lookups/task)"
+    print(verdict_line(label, walls))
     median, cpu = timelines
     print(f"    median run: {median}")
     print(f"    {cpu}")

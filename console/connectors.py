@@ -32,6 +32,7 @@ import shlex
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -476,6 +477,44 @@ def run_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[An
     Raises ``MeasureFailed`` for every way of not getting a trustworthy value, so the caller records an
     ``error`` finding (hold) and never a silent ``no_result``.
     """
+    return start_measure(measure, args).result()
+
+
+class StartedMeasure:
+    """A lookup under way: what it waits on (the measure's answer) runs in a thread of its own, bounded by
+    the measure's timeout. Starting the lookups of a frontier one after another and then collecting them
+    costs a thread each; calling `run_measure` in a thread of the caller's would cost two."""
+
+    def __init__(
+        self,
+        name: str,
+        call: _Call | None = None,
+        finish: Callable[[_Outcome], tuple[Any, datetime]] | None = None,
+        failed: Exception | None = None,
+    ) -> None:
+        self.name, self._call, self._finish, self._failed = name, call, finish, failed
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the answer is in, or the lookup has failed or timed out; True once it has."""
+        return self._call is None or self._call.wait(timeout)
+
+    def result(self) -> tuple[Any, datetime]:
+        """``(value, observed_at)``, waiting if need be; ``MeasureFailed`` without a trustworthy value."""
+        try:
+            if self._failed is not None:
+                raise self._failed
+            assert self._call is not None and self._finish is not None
+            return self._finish(self._call.result())
+        except MeasureFailed as exc:
+            if self.name and not exc.detail.startswith(f"{self.name}:"):
+                raise MeasureFailed(f"{self.name}: {exc.detail}") from exc
+            raise
+        except Exception as exc:
+            raise MeasureFailed(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+
+
+def start_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> StartedMeasure:
+    """Start one lookup and return at once; its `result()` is what `run_measure` returns or raises."""
     name = str(measure.get("name") or "")
     try:
         timeout_s = measure.get("timeout_s")
@@ -483,19 +522,17 @@ def run_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[An
         _check_timeout(timeout_s, MeasureFailed)
         kind = measure.get("kind")
         if kind == "http":
-            return _http_measure(name, measure.get("url"), args, float(timeout_s))
-        if kind == "python":
+            call, finish = _http_measure(name, measure.get("url"), args, float(timeout_s))
+        elif kind == "python":
             config = measure.get("config") or {}
-            return _python_measure(str(config.get("lookup") or name), args, float(timeout_s))
-        if kind == "mcp":
-            return _mcp_measure(name, measure.get("config") or {}, args, float(timeout_s))
-        raise MeasureFailed(f"unknown measure kind {kind!r}")
-    except MeasureFailed as exc:
-        if name and not exc.detail.startswith(f"{name}:"):
-            raise MeasureFailed(f"{name}: {exc.detail}") from exc
-        raise
+            call, finish = _python_measure(str(config.get("lookup") or name), args, float(timeout_s))
+        elif kind == "mcp":
+            call, finish = _mcp_measure(name, measure.get("config") or {}, args, float(timeout_s))
+        else:
+            raise MeasureFailed(f"unknown measure kind {kind!r}")
     except Exception as exc:
-        raise MeasureFailed(f"{name}: {type(exc).__name__}: {exc}") from exc
+        return StartedMeasure(name, failed=exc)
+    return StartedMeasure(name, call, finish)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -510,7 +547,10 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(_NoRedirect)
 
 
-def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float) -> tuple[Any, datetime]:
+_Started = tuple["_Call", Callable[["_Outcome"], tuple[Any, datetime]]]
+
+
+def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float) -> _Started:
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise MeasureFailed("http measure needs 'url': an http(s) URL")
     body = json.dumps({"measure": name, "args": dict(args)}, allow_nan=False).encode()
@@ -529,27 +569,29 @@ def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float
         except urllib.error.HTTPError as exc:
             return exc.code, b""
 
+    def finish(outcome: _Outcome) -> tuple[Any, datetime]:
+        if outcome.timed_out:
+            raise MeasureFailed(f"no answer within {timeout_s}s")
+        if outcome.error is not None:
+            raise MeasureFailed(f"request failed: {_describe_url_error(outcome.error)}")
+        status, raw = outcome.value
+        if status != 200:
+            raise MeasureFailed(f"answered HTTP {status}, expected 200")
+        if len(raw) > MAX_MEASURE_BODY_BYTES:
+            raise MeasureFailed(f"answer larger than {MAX_MEASURE_BODY_BYTES} bytes")
+        try:
+            answer = json.loads(raw, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise MeasureFailed(f"answer is not JSON: {exc}") from exc
+        if not isinstance(answer, dict):
+            raise MeasureFailed("answer is not a JSON object")
+        missing = [key for key in ("value", "observed_at") if key not in answer]
+        if missing:
+            raise MeasureFailed(f"answer lacks {', '.join(missing)}")
+        return answer["value"], _parse_observed_at(answer["observed_at"])
+
     # The socket timeout bounds each read; the deadline bounds the whole exchange (a server could drip bytes).
-    outcome = _run_with_deadline(lambda: fetch(), {}, timeout_s)
-    if outcome.timed_out:
-        raise MeasureFailed(f"no answer within {timeout_s}s")
-    if outcome.error is not None:
-        raise MeasureFailed(f"request failed: {_describe_url_error(outcome.error)}")
-    status, raw = outcome.value
-    if status != 200:
-        raise MeasureFailed(f"answered HTTP {status}, expected 200")
-    if len(raw) > MAX_MEASURE_BODY_BYTES:
-        raise MeasureFailed(f"answer larger than {MAX_MEASURE_BODY_BYTES} bytes")
-    try:
-        answer = json.loads(raw, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise MeasureFailed(f"answer is not JSON: {exc}") from exc
-    if not isinstance(answer, dict):
-        raise MeasureFailed("answer is not a JSON object")
-    missing = [key for key in ("value", "observed_at") if key not in answer]
-    if missing:
-        raise MeasureFailed(f"answer lacks {', '.join(missing)}")
-    return answer["value"], _parse_observed_at(answer["observed_at"])
+    return _Call(fetch, {}, timeout_s), finish
 
 
 def _describe_url_error(exc: BaseException) -> str:
@@ -582,28 +624,29 @@ def _aware_utc(observed: datetime) -> datetime:
     return observed
 
 
-def _python_measure(lookup: str, args: Mapping[str, Any], timeout_s: float) -> tuple[Any, datetime]:
+def _python_measure(lookup: str, args: Mapping[str, Any], timeout_s: float) -> _Started:
     fn = _LOOKUPS.get(lookup)
     if fn is None:
         raise MeasureFailed(f"no python lookup registered as {lookup!r}")
     started = datetime.now(UTC)
-    outcome = _run_with_deadline(fn, dict(args), timeout_s)
-    if outcome.timed_out:
-        raise MeasureFailed(f"lookup {lookup!r} did not return within {timeout_s}s")
-    if outcome.error is not None:
-        raise MeasureFailed(f"lookup {lookup!r} raised {type(outcome.error).__name__}: {outcome.error}")
-    value, observed_at = outcome.value, started
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], datetime):
-        value, observed_at = value[0], _aware_utc(value[1])
-    try:
-        return _as_json(value), observed_at
-    except ValueError as exc:
-        raise MeasureFailed(f"lookup {lookup!r} returned a value that is not JSON: {exc}") from exc
+
+    def finish(outcome: _Outcome) -> tuple[Any, datetime]:
+        if outcome.timed_out:
+            raise MeasureFailed(f"lookup {lookup!r} did not return within {timeout_s}s")
+        if outcome.error is not None:
+            raise MeasureFailed(f"lookup {lookup!r} raised {type(outcome.error).__name__}: {outcome.error}")
+        value, observed_at = outcome.value, started
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], datetime):
+            value, observed_at = value[0], _aware_utc(value[1])
+        try:
+            return _as_json(value), observed_at
+        except ValueError as exc:
+            raise MeasureFailed(f"lookup {lookup!r} returned a value that is not JSON: {exc}") from exc
+
+    return _Call(fn, dict(args), timeout_s), finish
 
 
-def _mcp_measure(
-    name: str, config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float
-) -> tuple[Any, datetime]:
+def _mcp_measure(name: str, config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float) -> _Started:
     connector, tool = config.get("connector"), config.get("tool")
     if not isinstance(connector, Mapping) or not isinstance(tool, str):
         raise MeasureFailed("mcp measure needs config.connector and config.tool")
@@ -611,29 +654,43 @@ def _mcp_measure(
         raise MeasureFailed(f"mcp measure cannot use connector kind {connector.get('kind')!r}")
     # Stamped before the call: the server read the value after this moment, so its age is never understated.
     observed_at = datetime.now(UTC)
-    try:
-        result = _run_async(
-            _mcp_call, connector, tool, dict(args), _connect_timeout(connector, timeout_s), timeout_s, True
+    connect_s = _connect_timeout(connector, timeout_s)
+
+    def call() -> dict[str, Any]:
+        result: dict[str, Any] = _run_async(
+            _mcp_call, connector, tool, dict(args), connect_s, timeout_s, True
         )
-    except (ToolCallFailed, OutcomeUnknown) as exc:
-        raise MeasureFailed(f"{tool!r} lookup failed: {exc}") from exc
-    if result["isError"]:
-        raise MeasureFailed(f"{tool!r} reported an error: {_first_text(result)}")
-    value = result["structuredContent"]
-    if value is None:
-        text = next((c.get("text") for c in result["content"] if c.get("type") == "text"), None)
-        if text is None:
-            raise MeasureFailed(f"{tool!r} returned neither structuredContent nor text")
-        try:
-            value = json.loads(text, parse_constant=_reject_constant)
-        except ValueError as exc:
-            raise MeasureFailed(f"{tool!r} text content is not JSON: {exc}") from exc
-    field = config.get("field")
-    if field is not None:
-        if not isinstance(value, dict) or field not in value:
-            raise MeasureFailed(f"{tool!r} answer has no field {field!r}")
-        value = value[field]
-    return value, observed_at
+        return result
+
+    def finish(outcome: _Outcome) -> tuple[Any, datetime]:
+        if (
+            outcome.timed_out
+        ):  # the SDK's own timeouts answer first; this only catches a transport that blocks
+            raise MeasureFailed(f"{tool!r} lookup failed: no answer within {connect_s + timeout_s}s")
+        if isinstance(outcome.error, ToolCallFailed | OutcomeUnknown):
+            raise MeasureFailed(f"{tool!r} lookup failed: {outcome.error}") from outcome.error
+        if outcome.error is not None:
+            raise outcome.error
+        result = outcome.value
+        if result["isError"]:
+            raise MeasureFailed(f"{tool!r} reported an error: {_first_text(result)}")
+        value = result["structuredContent"]
+        if value is None:
+            text = next((c.get("text") for c in result["content"] if c.get("type") == "text"), None)
+            if text is None:
+                raise MeasureFailed(f"{tool!r} returned neither structuredContent nor text")
+            try:
+                value = json.loads(text, parse_constant=_reject_constant)
+            except ValueError as exc:
+                raise MeasureFailed(f"{tool!r} text content is not JSON: {exc}") from exc
+        field = config.get("field")
+        if field is not None:
+            if not isinstance(value, dict) or field not in value:
+                raise MeasureFailed(f"{tool!r} answer has no field {field!r}")
+            value = value[field]
+        return value, observed_at
+
+    return _Call(call, {}, connect_s + timeout_s + _CALL_GRACE_S), finish
 
 
 # --------------------------------------------------------------------------------------------- plumbing
@@ -647,30 +704,49 @@ class _Outcome:
 
 
 def _run_with_deadline(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> _Outcome:
-    """Call ``fn(**kwargs)`` in a daemon thread and stop waiting after ``timeout_s``.
+    """Call ``fn(**kwargs)`` in a daemon thread and stop waiting after ``timeout_s`` (see `_Call`)."""
+    return _Call(fn, kwargs, timeout_s).result()
+
+
+class _Call:
+    """``fn(**kwargs)`` running in a daemon thread from now on, waited for at most until ``timeout_s`` after
+    it started.
 
     Python cannot interrupt a running function, so on timeout the thread is abandoned (daemon: it cannot keep
     the process alive). Django database connections opened by that thread are closed when it ends, because
     nobody else can ever reuse or close them.
     """
-    outcome = _Outcome()
 
-    def target() -> None:
-        try:
-            outcome.value = fn(**kwargs)
-        except BaseException as exc:
-            outcome.error = exc
-        finally:
-            _close_thread_db_connections()
+    def __init__(self, fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> None:
+        self.outcome = _Outcome()
+        self.deadline = time.monotonic() + timeout_s
+        self._done = threading.Event()
+        outcome, done = self.outcome, self._done
 
-    thread = threading.Thread(
-        target=target, name=f"preflight-connector-{getattr(fn, '__name__', 'call')}", daemon=True
-    )
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        return _Outcome(timed_out=True)
-    return outcome
+        def target() -> None:
+            try:
+                outcome.value = fn(**kwargs)
+            except BaseException as exc:
+                outcome.error = exc
+            finally:
+                _close_thread_db_connections()
+                done.set()
+
+        threading.Thread(
+            target=target, name=f"preflight-connector-{getattr(fn, '__name__', 'call')}", daemon=True
+        ).start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
+        left = self.deadline - time.monotonic()
+        if timeout is not None and timeout < left:
+            return self._done.wait(max(0.0, timeout))
+        return self._done.wait(max(0.0, left)) or True
+
+    def result(self) -> _Outcome:
+        if not self._done.wait(max(0.0, self.deadline - time.monotonic())):
+            return _Outcome(timed_out=True)
+        return self.outcome
 
 
 def _close_thread_db_connections() -> None:

@@ -35,14 +35,17 @@ def env_str(name: str, default: str | None = None) -> str:
     return default
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     value = _raw(name)
     if value is None:
         return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise _bad(name, value, "an integer") from None
+    if minimum is not None and number < minimum:
+        raise _bad(name, value, f"an integer of at least {minimum}")
+    return number
 
 
 def env_bool(name: str, default: bool) -> bool:

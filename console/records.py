@@ -68,6 +68,26 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
+def raw_reads(*reads: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+    """The rows of several reads, in one round trip where the connection can pipeline (psycopg, binding
+    parameters on the server): the server still runs them one after another, each with its own snapshot,
+    so a read after a locking one sees what the lock's previous holder committed."""
+    if not connection.settings_dict["OPTIONS"].get("server_side_binding"):
+        return [raw_rows(sql, params) for sql, params in reads]
+    connection.ensure_connection()
+    cursors = [connection.cursor() for _ in reads]
+    try:
+        # A pipelined statement's error surfaces when the pipeline ends, outside the cursors' own wrapping:
+        # translated here as theirs would be (Django's error classes; a broken connection marked as such).
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            for cursor, (sql, params) in zip(cursors, reads, strict=True):
+                cursor.execute(sql, params)
+        return [cursor.fetchall() for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
 def per_vendor[T](build: Callable[[], T]) -> Callable[[], T]:
     """`build` run once per database vendor and kept: for the statement texts of hot paths, where the ORM
     spent more CPU building a small query than PostgreSQL spent running it (bench/api.py, bench/lookups.py).
@@ -108,27 +128,41 @@ def insert_rows(objs: Sequence[Any]) -> None:
     """INSERT new model instances of one model in one statement, like `bulk_create` (no save(), no signals)
     but with the SQL built once per model and row count instead of on every call: on the create path Django
     spent more CPU compiling its four INSERTs than PostgreSQL spent running them (bench/api.py). Fills
-    auto_now fields and an auto primary key, and marks the instances as saved. For services to call only."""
+    auto_now fields and an auto primary key, and marks the instances as saved. For services to call only.
+
+    Several rows go to PostgreSQL as one array per column (UNNEST, as `bulk_create` does there): one
+    statement text for any number of rows, with as many parameters as columns, so psycopg prepares it once
+    (it keeps no parse of a statement with more than 50 parameters: a frontier of 10 lookups is 110)."""
     model = type(objs[0])
-    key = (model, len(objs), connection.vendor)
+    unnest = connection.vendor == "postgresql" and len(objs) > 1
+    key = (model, 0 if unnest else len(objs), connection.vendor)
     built = _inserts.get(key)
     if built is None:
         meta = model._meta
         auto_pk = meta.pk if meta.pk.get_internal_type().endswith("AutoField") else None
         fields = [f for f in meta.concrete_fields if f is not auto_pk]
-        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-        sql = (
-            f"INSERT INTO {table(model)} ({', '.join(connection.ops.quote_name(f.column) for f in fields)})"
-            f" VALUES {', '.join([row] * len(objs))}"
-            + (f" RETURNING {connection.ops.quote_name(auto_pk.column)}" if auto_pk is not None else "")
+        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        if unnest:
+            # Without a length (varchar[], not varchar(200)[]), as Django does: the column checks it.
+            arrays = ", ".join(f"(%s)::{f.db_type(connection).split('(')[0]}[]" for f in fields)
+            values = f"SELECT * FROM UNNEST({arrays})"
+        else:
+            row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+            values = f"VALUES {', '.join([row] * len(objs))}"
+        sql = f"INSERT INTO {table(model)} ({columns}) {values}" + (
+            f" RETURNING {connection.ops.quote_name(auto_pk.column)}" if auto_pk is not None else ""
         )
         built = _inserts[key] = (sql, fields, auto_pk)
     sql, fields, auto_pk = built
     for obj in objs:
         obj._prepare_related_fields_for_save(operation_name="insert_rows")  # FK ids from related instances
-    params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs for f in fields]
+    if unnest:
+        params = [[f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs] for f in fields]
+    else:
+        params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+        # In the order of the rows, as bulk_create reads them (UNNEST inserts its arrays in order).
         ids = cursor.fetchall() if auto_pk is not None else []
     for i, obj in enumerate(objs):
         if auto_pk is not None:

@@ -71,7 +71,15 @@ def _lock_execution(execution_id: Any) -> models.Execution:
 
 
 def _has_run(execution: models.Execution) -> bool:
-    return models.Grant.objects.filter(execution=execution, used_at__isnull=False).exists()
+    # Plain SQL, built once: every re-preflight asks, and the ORM spent ~1 ms of CPU building this read.
+    return bool(records.raw_rows(_has_run_sql(), [_execution_pk(execution.pk)]))
+
+
+@records.per_vendor
+def _has_run_sql() -> str:
+    return (
+        f"SELECT 1 FROM {records.table(models.Grant)} WHERE execution_id = %s AND used_at IS NOT NULL LIMIT 1"
+    )
 
 
 # ---- catalog ---------------------------------------------------------------------------------------
@@ -437,10 +445,6 @@ def _lookup_counts_sql() -> str:
     )
 
 
-# psycopg._queries.MAX_CACHED_STATEMENT_PARAMS: the most parameters of a statement whose parse it keeps.
-_INSERT_PARAMS = 50
-
-
 def _execution_pk(execution_id: Any) -> Any:
     pk = models.Execution._meta.pk
     assert pk is not None
@@ -646,13 +650,7 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         if not seen.get(m.key, (0, 0))[1]  # one is running already: its group's last task preflights again
     ]
     if rows:
-        # Few INSERTs for the frontier, not one per lookup, with their SQL built once per size. At most
-        # _INSERT_PARAMS parameters each: psycopg keeps its parse of a statement (and prepares it on the
-        # server) only up to 50 parameters; above that it parsed the frontier's INSERT again on every call,
-        # ~10% of a worker's CPU in bench/lookups.py (10 lookups of 11 columns), GIL time its lookups share.
-        per = max(1, _INSERT_PARAMS // len(models.Observation._meta.concrete_fields))
-        for at in range(0, len(rows), per):
-            records.insert_rows(rows[at : at + per])
+        records.insert_rows(rows)  # one statement for the frontier
         keys = [row.key for row in rows]
         from console import tasks
 
@@ -787,49 +785,83 @@ def execution_repreflight(*, execution_id: Any, trigger: str) -> models.Prefligh
     return _preflight_and_record(execution, trigger=trigger)
 
 
-@transaction.atomic
-def observation_fill(*, observation_id: int, value: Any, error: str | None, observed_at: datetime) -> bool:
-    """Record a lookup's result. Conditional, so of two deliveries of one task only the first counts."""
-    # Plain SQL, built once: every lookup task runs this, and the ORM spent more CPU (under the GIL the
-    # threads of a frontier share) building the UPDATE than PostgreSQL spent running it.
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    observation_id: int
+    value: Any
+    error: str | None
+    observed_at: datetime
+
+
+def observations_fill(*, results: Sequence[LookupResult]) -> int:
+    """Record lookups' results; returns how many were recorded. Conditional, so of two deliveries of one
+    task only the first counts.
+
+    One statement for them all (PostgreSQL), atomic as it is: not wrapped in a transaction, whose BEGIN and
+    COMMIT were two more round trips, each a wait for the GIL again among the worker's threads. Inside a
+    caller's transaction it is part of that one."""
+    if not results:
+        return 0
     meta = models.Observation._meta
-    params = [
-        meta.get_field("value").get_db_prep_save(None if error else value, connection),
-        error,
-        meta.get_field("observed_at").get_db_prep_save(observed_at, connection),
-        observation_id,
+    value, observed_at = meta.get_field("value"), meta.get_field("observed_at")
+    rows = [
+        (
+            r.observation_id,
+            value.get_db_prep_save(None if r.error else r.value, connection),
+            r.error,
+            observed_at.get_db_prep_save(r.observed_at, connection),
+        )
+        for r in results
     ]
     with connection.cursor() as cursor:
-        cursor.execute(_fill_sql(), params)
-        return cursor.rowcount == 1
+        if connection.vendor == "postgresql":
+            # Plain SQL, built once: the ORM spent more CPU building an UPDATE than PostgreSQL running it.
+            cursor.execute(_fill_sql(), [list(column) for column in zip(*rows, strict=True)])
+            return cursor.rowcount
+        filled = 0
+        for pk, *values in rows:
+            cursor.execute(_fill_one_sql(), [*values, pk])
+            filled += cursor.rowcount
+        return filled
 
 
 @records.per_vendor
 def _fill_sql() -> str:
+    obs = records.table(models.Observation)
+    return (
+        f"UPDATE {obs} o SET value = r.value, error = r.error, observed_at = r.observed_at"
+        " FROM UNNEST((%s)::bigint[], (%s)::jsonb[], (%s)::text[], (%s)::timestamptz[])"
+        " AS r(id, value, error, observed_at) WHERE o.id = r.id AND o.observed_at IS NULL"
+    )
+
+
+@records.per_vendor
+def _fill_one_sql() -> str:
     return (
         f"UPDATE {records.table(models.Observation)} SET value = %s, error = %s, observed_at = %s"
         " WHERE id = %s AND observed_at IS NULL"
     )
 
 
-def _lock_execution_row(execution_id: Any) -> models.Execution | None:
-    """The execution, locked as `_lock_execution` locks it, in plain SQL built once: the ORM spent ~1 ms of
-    CPU building that locked read, on the path between two levels of lookups, under the GIL the worker's
-    lookups share. Without its contract: a preflight sets the contract it chose."""
+def _lock_execution_row(execution_id: Any) -> tuple[models.Execution | None, bool, bool]:
+    """The execution, locked as `_lock_execution` locks it, and, read once the lock is held, whether any of
+    its lookups is pending and whether it has run: three statements in one round trip, in plain SQL built
+    once (the ORM spent ~1 ms of CPU building the locked read), on the path between two levels of lookups.
+    Without its contract: a preflight sets the contract it chose."""
     sql, names, converters = _lock_row_sql()
     try:
         pk = _execution_pk(execution_id)
     except (ValidationError, ValueError):
-        return None
-    rows = records.raw_rows(sql, [pk])
+        return None, False, False
+    rows, pending, ran = records.raw_reads((sql, [pk]), (_pending_sql(), [pk]), (_has_run_sql(), [pk]))
     if not rows:
-        return None
+        return None, False, False
     values = []
     for value, (col, convert) in zip(rows[0], converters, strict=True):
         for fn in convert:
             value = fn(value, col, connection)
         values.append(value)
-    return models.Execution.from_db(connection.alias, names, values)
+    return models.Execution.from_db(connection.alias, names, values), bool(pending), bool(ran)
 
 
 @records.per_vendor
@@ -881,16 +913,17 @@ def lookups_settled(*, execution_id: Any, filled: bool) -> models.PreflightRecor
 
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
     `execute` would mint a new grant and void the one the agent holds."""
-    # Locked once, all of it (for the preflight): all but the last of a group stopped before the lock.
-    execution = _lock_execution_row(execution_id)
+    # Locked once, all of it (for the preflight): all but the last of a group stopped before the lock. The
+    # pending lookups are read after the lock is held: that read sees every group a settle before this one
+    # dispatched.
+    execution, pending, ran = _lock_execution_row(execution_id)
     if execution is None:
         return None
-    # Read after the lock is held: the statement sees every group a settle before this one dispatched.
-    if lookups_pending(execution_id):
+    if pending:
         return None  # a newer group was dispatched meanwhile: its last lookup preflights
     if execution.verdict != "measure" and not (filled and _may_wait_on_lookups(execution)):
         return None
-    if _has_run(execution):
+    if ran:
         return None  # a fresh `execute` would mint a second grant for a call that happened
     return _preflight_and_record(execution, trigger="lookups", none_pending=True)
 

@@ -153,6 +153,9 @@ CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 2
 CELERY_REDIS_SOCKET_TIMEOUT = 5
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 
+# Lookups per Celery task: a frontier is one group of tasks, each running up to this many of its lookups at
+# the same time (1: a task per lookup). See console/tasks.py `_lookup_tasks`.
+PREFLIGHT_LOOKUPS_PER_TASK = env_int("PREFLIGHT_LOOKUPS_PER_TASK", 10, minimum=1)
 # A pending lookup older than this is taken as lost (error finding) at the next preflight.
 PREFLIGHT_LOOKUP_LOST_AFTER_S = env_int("PREFLIGHT_LOOKUP_LOST_AFTER_S", 2 * CELERY_TASK_TIME_LIMIT)
 

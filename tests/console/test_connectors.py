@@ -319,6 +319,35 @@ def test_python_lookup_given_args_it_does_not_take_fails() -> None:
         connectors.run_measure(python_measure("test_connectors.balance"), {"acount": BOB})
 
 
+def test_a_started_lookup_returns_at_once_and_its_result_waits_for_the_answer() -> None:
+    began = time.monotonic()
+    started = connectors.start_measure(python_measure("test_connectors.sleepy"), {})
+
+    assert time.monotonic() - began < 0.3  # the lookup sleeps 0.6 s in its own thread
+    assert not started.wait(0)
+    assert started.result()[0] == 1
+    assert time.monotonic() - began >= 0.6
+    assert started.wait(0)
+
+
+def test_a_started_lookup_that_cannot_start_fails_only_when_its_result_is_asked_for() -> None:
+    started = connectors.start_measure({"name": "x", "kind": "ftp", "timeout_s": 1}, {})
+
+    assert started.wait(0)  # nothing to wait for
+    with pytest.raises(MeasureFailed, match="x: unknown measure kind 'ftp'"):
+        started.result()
+
+
+def test_a_started_lookup_stops_waiting_at_its_timeout() -> None:
+    began = time.monotonic()
+    started = connectors.start_measure(python_measure("test_connectors.sleepy", timeout_s=0.1), {})
+
+    assert started.wait()  # returns once its time is up, though the lookup still runs (0.6 s)
+    assert time.monotonic() - began < 0.5
+    with pytest.raises(MeasureFailed, match=r"did not return within 0\.1s"):
+        started.result()
+
+
 # ------------------------------------------------------------------------------------------ python tools
 
 python_tool_calls: list[dict[str, Any]] = []

@@ -19,6 +19,15 @@ def test_a_malformed_integer_fails_loudly_naming_variable_and_value(monkeypatch:
         env_int("PREFLIGHT_TEST_INT", 7)
 
 
+def test_an_integer_below_its_minimum_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_TEST_INT", "0")
+
+    with pytest.raises(ImproperlyConfigured, match=r"PREFLIGHT_TEST_INT='0' is not an integer of at least 1"):
+        env_int("PREFLIGHT_TEST_INT", 7, minimum=1)
+    monkeypatch.setenv("PREFLIGHT_TEST_INT", "1")
+    assert env_int("PREFLIGHT_TEST_INT", 7, minimum=1) == 1
+
+
 @pytest.mark.parametrize(("raw", "expected"), [("true", True), ("YES", True), ("1", True), ("off", False)])
 def test_a_boolean_variable_accepts_the_usual_spellings(
     monkeypatch: pytest.MonkeyPatch, raw: str, expected: bool

@@ -60,21 +60,42 @@ def convert_request() -> dict[str, Any]:
 def test_lookups_run_one_group_per_dependency_level(
     fx: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    groups: list[list[str]] = []
-    real_group = tasks.group
-
-    def spy(header: list[Any]) -> Any:
-        groups.append(sorted(sig.args[1].split("#")[0] for sig in header))
-        return real_group(header)
-
-    monkeypatch.setattr(tasks, "group", spy)
+    groups = spy_on_groups(monkeypatch)
 
     record = agent.post("/api/v1/executions", convert_request()).json()
 
     assert record["verdict"] == "execute", record["reasons"]
-    assert groups == [["balance", "currency"], ["rate"]]  # round trips = depth, not the number of lookups
+    # Round trips = depth, not the number of lookups; a level's two lookups are one task's batch.
+    assert groups == [[["balance", "currency"]], [["rate"]]]
     currency = next(s for s in record["slots"] if s["key"] == "arg:currency")
     assert (currency["value"], currency["source"]) == ("CHF", "observed")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_one_lookup_per_task_a_level_is_a_group_of_one_task_per_lookup(
+    fx: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.PREFLIGHT_LOOKUPS_PER_TASK = 1
+    groups = spy_on_groups(monkeypatch)
+
+    record = agent.post("/api/v1/executions", convert_request()).json()
+
+    assert record["verdict"] == "execute", record["reasons"]
+    assert groups == [[["balance"], ["currency"]], [["rate"]]]
+
+
+def spy_on_groups(monkeypatch: pytest.MonkeyPatch) -> list[list[list[str]]]:
+    """Each group dispatched: per task, the measures of the lookups it runs."""
+    groups: list[list[list[str]]] = []
+    real_group = tasks.group
+
+    def spy(header: list[Any]) -> Any:
+        batches = [sig.args[1] if isinstance(sig.args[1], list) else [sig.args[1]] for sig in header]
+        groups.append(sorted(sorted(key.split("#")[0] for key in batch) for batch in batches))
+        return real_group(header)
+
+    monkeypatch.setattr(tasks, "group", spy)
+    return groups
 
 
 @pytest.mark.django_db

@@ -78,11 +78,14 @@ def sweep_request() -> dict[str, Any]:
 
 def fill_lookups(execution_id: str) -> None:
     """What the group's lookup tasks record, without running them."""
-    for o in models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True):
-        value = f"DE{o.args['n']:020d}" if o.lookup == "sweep.account" else 1000
-        assert services.observation_fill(
-            observation_id=o.pk, value=value, error=None, observed_at=datetime.now(UTC)
+    pending = models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True)
+    results = [
+        services.LookupResult(
+            o.pk, f"DE{o.args['n']:020d}" if o.lookup == "sweep.account" else 1000, None, datetime.now(UTC)
         )
+        for o in pending
+    ]
+    assert services.observations_fill(results=results) == len(results)
 
 
 def statements_of_settling(execution_id: str, verdict: str) -> list[str]:
@@ -130,12 +133,12 @@ def test_a_group_is_pending_until_its_last_lookup_is_filled_and_settles_once(
     assert len(pending) == N
     for o in pending:
         assert services.lookups_pending(execution_id)
-        assert services.observation_fill(
-            observation_id=o.pk, value=f"DE{o.args['n']:020d}", error=None, observed_at=datetime.now(UTC)
-        )
+        value = f"DE{o.args['n']:020d}"
+        result = services.LookupResult(o.pk, value, None, datetime.now(UTC))
+        assert services.observations_fill(results=[result])
         # A redelivered copy of the same task does not fill it twice.
-        assert not services.observation_fill(
-            observation_id=o.pk, value="other", error=None, observed_at=datetime.now(UTC)
+        assert not services.observations_fill(
+            results=[services.LookupResult(o.pk, "other", None, datetime.now(UTC))]
         )
     assert not services.lookups_pending(execution_id)
 

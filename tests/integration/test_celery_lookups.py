@@ -214,7 +214,7 @@ def test_a_two_level_dependency_is_resolved_by_parallel_lookups_one_level_at_a_t
     (limit,) = measure_server.calls_of("risk.daily_limit")
     (balance,) = measure_server.calls_of("bank.balance")
     assert account.ended is not None and limit.ended is not None
-    # The two level-1 lookups were in flight at the same time, in two worker processes.
+    # The two level-1 lookups were in flight at the same time (one task's batch).
     assert max(account.started, limit.started) < min(account.ended, limit.ended)
     # The level-2 lookup read the value level 1 observed, so it started only after level 1 was done.
     assert balance.args == {"account": ACCOUNT}

@@ -1,0 +1,207 @@
+"""The plain-SQL helpers of console/records.py: `insert_rows` stores what the ORM would, `raw_reads` reads
+what `raw_rows` would, and on PostgreSQL a read pipelined after a lock sees the previous holder's commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import DataError, OperationalError, connection, connections, transaction
+
+from console import models, records
+
+on_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="pipelines and UNNEST inserts are PostgreSQL's"
+)
+
+LOCK_KEY = 7_341_905  # an advisory lock no code of the project takes
+
+AT = datetime(2030, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
+
+
+@pytest.fixture
+def execution(db: None) -> models.Execution:
+    return models.Execution.objects.create(principal="user:test", request={}, verdict="measure")
+
+
+def observation(execution: models.Execution, n: int, **fields: Any) -> models.Observation:
+    """An unsaved lookup row whose every column differs from the other rows' (by `n`)."""
+    defaults: dict[str, Any] = {
+        "measure": f"balance_{n}",
+        "lookup": "bank.balance",
+        "args": {"account": f"DE{n:020d}", "options": {"depth": n, "tags": ["a", None]}},
+        "args_digest": f"sha256:{n:064x}",
+        "key": f"balance_{n}#{n:x}",
+        "task_key": f"{execution.pk}:balance_{n}:{n}",
+    }
+    return models.Observation(execution=execution, **(defaults | fields))
+
+
+def columns(obj: models.Observation) -> dict[str, Any]:
+    return {f.attname: getattr(obj, f.attname) for f in models.Observation._meta.concrete_fields}
+
+
+def varied_rows(execution: models.Execution, first: int, count: int) -> list[models.Observation]:
+    """Rows with a nested JSON value, a JSON value of None (SQL NULL), an error, a string and no time."""
+    kinds: list[dict[str, Any]] = [
+        {"value": {"balance": {"amount": 12.5, "currency": "EUR"}, "none": None}, "observed_at": AT},
+        {"value": None, "error": "bank.balance: ledger offline", "observed_at": AT},
+        {"value": "O'Brien: ünïcode €", "observed_at": None},
+        {"value": [1, 2.5, "three", None]},
+    ]
+    return [observation(execution, n, **kinds[n % len(kinds)]) for n in range(first, first + count)]
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_insert_rows_stores_every_column_as_the_orm_reads_it_back_under_each_instances_own_id(
+    execution: models.Execution, count: int
+) -> None:
+    rows = varied_rows(execution, 0, count)
+
+    records.insert_rows(rows)
+
+    assert len({row.pk for row in rows}) == count
+    for row in rows:
+        assert not row._state.adding
+        assert columns(models.Observation.objects.get(pk=row.pk)) == columns(row)
+
+
+@on_postgresql
+def test_on_postgresql_insert_rows_sends_one_statement_text_for_any_number_of_rows(
+    execution: models.Execution,
+) -> None:
+    batches = [varied_rows(execution, 0, 3), varied_rows(execution, 3, 2), varied_rows(execution, 5, 7)]
+
+    texts: list[str] = []
+
+    def keep_text(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        texts.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep_text):
+        for batch in batches:
+            records.insert_rows(batch)
+
+    # One text, so psycopg prepares it once, whatever the size of the frontier.
+    assert len(texts) == len(batches)
+    assert len(set(texts)) == 1
+    assert "UNNEST" in texts[0]
+    for row in [row for batch in batches for row in batch]:
+        assert columns(models.Observation.objects.get(pk=row.pk)) == columns(row)
+
+
+def reads_of(execution: models.Execution) -> list[tuple[str, list[Any]]]:
+    obs = records.table(models.Observation)
+    pk = models.Execution._meta.get_field("id").get_db_prep_value(execution.pk, connection)
+    return [
+        (f"SELECT id, key, args FROM {obs} WHERE execution_id = %s ORDER BY id", [pk]),
+        (f"SELECT id FROM {obs} WHERE key = %s", ["no such key"]),  # no rows
+        (f"SELECT count(*), max(key) FROM {obs} WHERE execution_id = %s", [pk]),
+    ]
+
+
+def test_raw_reads_returns_what_separate_raw_rows_calls_return_in_order(execution: models.Execution) -> None:
+    records.insert_rows(varied_rows(execution, 0, 3))
+    reads = reads_of(execution)
+
+    assert records.raw_reads(*reads) == [records.raw_rows(sql, params) for sql, params in reads]
+    assert [len(rows) for rows in records.raw_reads(*reads)] == [3, 0, 1]
+
+
+@on_postgresql
+def test_on_postgresql_raw_reads_sends_its_reads_in_one_pipeline(
+    execution: models.Execution, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The project's PostgreSQL settings bind on the server, which is what `raw_reads` pipelines on.
+    assert connection.settings_dict["OPTIONS"].get("server_side_binding") is True
+    pipelines: list[Any] = []
+    real = psycopg.Connection.pipeline
+
+    def spy(self: psycopg.Connection[Any]) -> Any:
+        pipelines.append(self)
+        return real(self)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", spy)
+
+    rows = records.raw_reads(*reads_of(execution))
+
+    assert pipelines == [connection.connection]
+    assert rows[2] == [(0, None)]
+
+
+@on_postgresql
+def test_on_postgresql_a_failing_pipelined_read_raises_djangos_database_error_as_raw_rows_does(
+    execution: models.Execution,
+) -> None:
+    with pytest.raises(DataError), transaction.atomic():
+        records.raw_rows("SELECT 1 / 0", [])
+    with pytest.raises(DataError), transaction.atomic():
+        records.raw_reads(("SELECT 1", []), ("SELECT 1 / 0", []))
+    # A timeout (or an outage) is Django's OperationalError, which the API answers 503, and marks the
+    # connection to be checked before it is used again.
+    with pytest.raises(OperationalError), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = 20")
+        records.raw_reads(("SELECT 1", []), ("SELECT pg_sleep(0.2)", []))
+    assert connection.errors_occurred
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_read_pipelined_after_a_lock_sees_what_the_previous_holder_committed() -> None:
+    assert connection.settings_dict["OPTIONS"].get("server_side_binding") is True  # else no pipeline
+    scratch = "test_records_sql_scratch"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {scratch} (id integer)")
+    holding, failures = threading.Event(), []
+
+    def holder() -> None:
+        # Its own connection (Django's are per thread): takes the lock, writes, and commits only once the
+        # test's connection is waiting for the lock, so the read's snapshot cannot predate the lock wait.
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+                cursor.execute(f"INSERT INTO {scratch} VALUES (1)")
+                holding.set()
+                if not waiter_seen(cursor):
+                    failures.append("the reader never waited for the lock")
+        except Exception as exc:  # reported by the test, not lost in this thread
+            failures.append(repr(exc))
+            holding.set()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    try:
+        thread.start()
+        assert holding.wait(10)
+        with transaction.atomic():
+            _, (count,) = records.raw_reads(
+                ("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY]), (f"SELECT count(*) FROM {scratch}", [])
+            )
+        thread.join(10)
+        assert failures == []
+        assert count == (1,)
+    finally:
+        thread.join(10)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE {scratch}")
+
+
+def waiter_seen(cursor: Any, timeout_s: float = 10.0) -> bool:
+    """Whether another session comes to wait for LOCK_KEY within the timeout (pg_locks is read live)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [LOCK_KEY],
+        )
+        if cursor.fetchone()[0]:
+            return True
+        time.sleep(0.01)
+    return False
