@@ -148,12 +148,12 @@ HELD_VERDICTS = ("hold", "ask", "measure")
 
 class Execution(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    principal = models.CharField(max_length=200, db_index=True)
+    principal = models.CharField(max_length=200)
     token = models.ForeignKey(AgentToken, null=True, blank=True, on_delete=models.SET_NULL)
     # The contract the latest record was computed against; null while the user picks among tools.
     contract = models.ForeignKey(ToolContract, null=True, blank=True, on_delete=models.PROTECT)
     request = models.JSONField()  # the candidate execution as submitted (validated)
-    verdict = models.CharField(max_length=10, db_index=True)  # of the latest record
+    verdict = models.CharField(max_length=10)  # of the latest record
     timing_at = models.DateTimeField(null=True, blank=True, db_index=True)
     records = models.PositiveIntegerField(default=0)  # how many PreflightRecords; the next seq is +1
     # Executions submitted from the same conversation (same principal, same turns) share this key, so the
@@ -179,6 +179,11 @@ class Execution(models.Model):
                 name="execution_held_queue",
             ),
             models.Index(fields=["conversation_key", "created_at"], name="execution_conversation"),
+            # Declared here rather than with db_index=True, which on PostgreSQL adds a second index per
+            # CharField for LIKE (varchar_pattern_ops) that nothing here uses. Every preflight changes the
+            # verdict, so each index of this table is written again on every preflight.
+            models.Index(fields=["principal"], name="execution_principal"),
+            models.Index(fields=["verdict"], name="execution_verdict"),
         ]
 
     def save(self, *args: Any, **kwargs: Any) -> None:
@@ -207,7 +212,10 @@ def conversation_key(principal: str, request: Any) -> str:
 class PreflightRecord(AppendOnly):
     """One preflight, exactly as the engine returned it (Record.to_json()), blocked and held ones too."""
 
-    execution = models.ForeignKey(Execution, on_delete=models.PROTECT, related_name="preflight_records")
+    # No index of its own: record_seq_unique (execution, seq) serves it.
+    execution = models.ForeignKey(
+        Execution, on_delete=models.PROTECT, related_name="preflight_records", db_index=False
+    )
     seq = models.PositiveIntegerField()
     contract = models.ForeignKey(ToolContract, null=True, blank=True, on_delete=models.PROTECT)
     verdict = models.CharField(max_length=10)
@@ -303,7 +311,10 @@ class Preset(models.Model):
 class Observation(models.Model):
     """One lookup: created pending when dispatched, filled once by the task (a redelivery finds it filled)."""
 
-    execution = models.ForeignKey(Execution, on_delete=models.PROTECT, related_name="observations")
+    # No index of its own: the (execution, key) index serves it.
+    execution = models.ForeignKey(
+        Execution, on_delete=models.PROTECT, related_name="observations", db_index=False
+    )
     measure = models.CharField(max_length=200)  # the contract's measure name
     lookup = models.CharField(max_length=200)  # the Measure it runs
     args = models.JSONField(default=dict)
@@ -313,10 +324,12 @@ class Observation(models.Model):
     error = models.TextField(null=True, blank=True)
     observed_at = models.DateTimeField(null=True, blank=True)  # null: the lookup is still running
     dispatched_at = models.DateTimeField(auto_now_add=True)
-    task_key = models.CharField(max_length=400, unique=True)
+    task_key = models.CharField(max_length=400)
 
     class Meta:
         indexes = [models.Index(fields=["execution", "key"])]
+        # A constraint rather than unique=True, which on PostgreSQL adds a LIKE index nothing uses.
+        constraints = [models.UniqueConstraint(fields=["task_key"], name="observation_task_key_unique")]
 
 
 class Approval(AppendOnly):
@@ -340,11 +353,15 @@ class Rejection(AppendOnly):
 class Grant(models.Model):
     execution = models.ForeignKey(Execution, on_delete=models.PROTECT, related_name="grants")
     record = models.ForeignKey(PreflightRecord, on_delete=models.PROTECT, related_name="grants")
-    nonce = models.CharField(max_length=100, unique=True)
+    nonce = models.CharField(max_length=100)
     claims = models.JSONField()  # the signed claims; the token is re-derived from them, never stored
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # A constraint rather than unique=True, which on PostgreSQL adds a LIKE index nothing uses.
+        constraints = [models.UniqueConstraint(fields=["nonce"], name="grant_nonce_unique")]
 
 
 class Outcome(AppendOnly):
