@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -60,9 +61,20 @@ def engine_contract(row: models.ToolContract) -> ToolContract:
     return found
 
 
+Read = tuple[str, Sequence[Any]]  # a statement and its parameters
+
+_prefetch = threading.local()
+
+
 def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Rows of one read on the hot path, in plain SQL: the ORM spends more CPU building a small indexed query
-    than PostgreSQL spends running it (bench/api.py). JSON columns come back as text; see `json_value`."""
+    than PostgreSQL spends running it (bench/api.py). JSON columns come back as text; see `json_value`.
+    Inside `prefetched`, a read made there already is answered from what it returned (once)."""
+    stash = getattr(_prefetch, "stash", None)
+    if stash:
+        rows = stash.pop((sql, tuple(params)), None)
+        if rows is not None:
+            return rows
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -72,6 +84,8 @@ def raw_reads(*reads: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
     """The rows of several reads, in one round trip where the connection can pipeline (psycopg, binding
     parameters on the server): the server still runs them one after another, each with its own snapshot,
     so a read after a locking one sees what the lock's previous holder committed."""
+    if not reads:
+        return []
     if not connection.settings_dict["OPTIONS"].get("server_side_binding"):
         return [raw_rows(sql, params) for sql, params in reads]
     connection.ensure_connection()
@@ -86,6 +100,25 @@ def raw_reads(*reads: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
     finally:
         for cursor in cursors:
             cursor.close()
+
+
+@contextmanager
+def prefetched(*reads: Read) -> Iterator[None]:
+    """Make these reads now, together (`raw_reads`: one round trip), for the `raw_rows` calls inside the block
+    that make them (each answered once; a read not made here goes to the database as usual). For reads that
+    do not depend on each other, made one after another by code that reads best as it is."""
+    outer: dict[tuple[str, tuple[Any, ...]], Any] | None = getattr(_prefetch, "stash", None)
+    stash = outer if outer is not None else {}  # nested blocks share it: each read is answered once
+    keys = dict.fromkeys((sql, tuple(params)) for sql, params in reads)
+    wanted = [read for read in keys if read not in stash]
+    stash.update(zip(wanted, raw_reads(*wanted), strict=True))
+    _prefetch.stash = stash
+    try:
+        yield
+    finally:
+        for read in wanted:  # what this block read and nobody asked for is not kept for later
+            stash.pop(read, None)
+        _prefetch.stash = outer
 
 
 def per_vendor[T](build: Callable[[], T]) -> Callable[[], T]:
@@ -200,11 +233,15 @@ def update_row(obj: Any, field_names: Sequence[str]) -> None:
             raise DatabaseError("Save with update_fields did not affect any rows.")
 
 
+def rules_read() -> Read:
+    return f"SELECT id, version FROM {table(models.RuleSet)} WHERE active", ()
+
+
 def active_rules() -> tuple[Checklist, ...]:
     # Which versions are active is read every time (a new version applies at once, in every process); only
     # the parsed checklist of an (id, version), which never changes, is cached, and its data read only then.
     out = []
-    for row_pk, row_version in raw_rows(f"SELECT id, version FROM {table(models.RuleSet)} WHERE active", ()):
+    for row_pk, row_version in raw_rows(*rules_read()):
         found = _checklists.get((row_pk, row_version))
         if found is None:
             data = models.RuleSet.objects.values_list("data", flat=True).get(pk=row_pk)
@@ -273,6 +310,12 @@ def request_tools(body: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(body["server"], body["tool"])]
 
 
+def evidence_read(execution: models.Execution) -> Read:
+    pk = models.Execution._meta.pk
+    assert pk is not None
+    return _evidence_sql(), [pk.get_db_prep_value(execution.pk, connection)] * 3
+
+
 def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> Evidence:
     """Evidence collected for this execution. `fresh`: created in this transaction, so nothing to read."""
     if fresh:
@@ -282,10 +325,7 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
     pending = set()
     approvals = []
     # Rows come kind by kind, each oldest first, so the newest answer and observation of a key win.
-    pk = models.Execution._meta.pk
-    assert pk is not None
-    execution_id = pk.get_db_prep_value(execution.pk, connection)
-    for kind, row_pk, key, value, who, at, text, error in raw_rows(_evidence_sql(), [execution_id] * 3):
+    for kind, row_pk, key, value, who, at, text, error in raw_rows(*evidence_read(execution)):
         if kind == 1:
             answers[key] = Answer(json_value(value), who, id=f"answer-{row_pk}")
         elif kind == 2 and at is None:

@@ -328,9 +328,7 @@ _CONTRACT_FIELDS = ("id", "server_id", "name", "digest", "annotations_trusted", 
 _SERVER_FIELDS = ("id", "name", "annotations_trusted", "connector")
 
 
-def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
-    """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
-    version never changes, so nothing here needs invalidating)."""
+def _contract_read(body: Mapping[str, Any]) -> records.Read:
     wanted = records.request_tools(body)
     columns = [f"c.{f}" for f in _CONTRACT_FIELDS] + [f"s.{f}" for f in _SERVER_FIELDS]
     sql = (
@@ -338,9 +336,16 @@ def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
         f" JOIN {records.table(models.Server)} s ON s.id = c.server_id"
         f" WHERE c.current AND ({' OR '.join(['(s.name = %s AND c.name = %s)'] * len(wanted))})"
     )
+    return sql, [part for pair in wanted for part in pair]
+
+
+def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
+    """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
+    version never changes, so nothing here needs invalidating)."""
+    wanted = records.request_tools(body)
     found = {}
     n = len(_CONTRACT_FIELDS)
-    for values in records.raw_rows(sql, [part for pair in wanted for part in pair]):
+    for values in records.raw_rows(*_contract_read(body)):
         # bool(): SQLite answers 0/1, and annotations_trusted is part of the contract's digest.
         pk, server_id, name, digest_, trusted, valid, current = values[:n]
         s_id, s_name, s_trusted, s_connector = values[n:]
@@ -432,8 +437,12 @@ def _lookup_counts(execution: models.Execution, keys: Sequence[str]) -> dict[str
     between two levels of lookups. Every key of the execution is counted (it has a few rows per key) and the
     rest dropped here: one statement text for any frontier, on every database."""
     wanted = set(keys)
-    rows = records.raw_rows(_lookup_counts_sql(), [_execution_pk(execution.pk)])
+    rows = records.raw_rows(*_lookup_counts_read(execution))
     return {key: (n, running) for key, n, running in rows if key in wanted}
+
+
+def _lookup_counts_read(execution: models.Execution) -> records.Read:
+    return _lookup_counts_sql(), [_execution_pk(execution.pk)]
 
 
 @records.per_vendor
@@ -512,9 +521,18 @@ def _preflight_and_record(
     now = _now()
     if not fresh and not none_pending:
         _expire_lost_lookups(execution, now)
-    record, row = _preflight(execution, fresh=fresh, rows=rows)
-    if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
-        record, row = _preflight(execution, fresh=False)
+    # What the preflight reads, read at once (one round trip): the contract, the active rules and, for an
+    # execution with a past, its evidence and how often each lookup ran (bench/lookups.py preflights again
+    # twice on its critical path).
+    reads = [records.rules_read()]
+    if rows is None:
+        reads.insert(0, _contract_read(execution.request))
+    if not fresh:
+        reads += [records.evidence_read(execution), _lookup_counts_read(execution)]
+    with records.prefetched(*reads):
+        record, row = _preflight(execution, fresh=fresh, rows=rows)
+        if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
+            record, row = _preflight(execution, fresh=False)
     return _store_record(execution, record, row, trigger=trigger, audit=audit)
 
 
@@ -669,16 +687,17 @@ def execution_create(
     if token is not None and not token.may_act_for(request.principal):
         raise _refuse_principal(request.principal)
     check_pointers(body)
-    rows = _contract_rows(body)  # an unknown tool records nothing
-    # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
-    execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
-    _preflight_and_record(
-        execution,
-        trigger="create",
-        fresh=True,
-        rows=rows,
-        audit={"principal": request.principal, "actor": actor, "request_digest": digest(body)},
-    )
+    with records.prefetched(_contract_read(body), records.rules_read()):  # one round trip for both
+        rows = _contract_rows(body)  # an unknown tool records nothing
+        # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
+        execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
+        _preflight_and_record(
+            execution,
+            trigger="create",
+            fresh=True,
+            rows=rows,
+            audit={"principal": request.principal, "actor": actor, "request_digest": digest(body)},
+        )
     return execution
 
 

@@ -104,6 +104,31 @@ def reads_of(execution: models.Execution) -> list[tuple[str, list[Any]]]:
     ]
 
 
+def test_a_prefetched_read_is_answered_once_from_what_was_read_together(execution: models.Execution) -> None:
+    records.insert_rows(varied_rows(execution, 0, 3))
+    rows_read, count_read = reads_of(execution)[0], reads_of(execution)[2]
+    expected = records.raw_rows(*rows_read)
+    sent: list[str] = []
+
+    def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(spy), records.prefetched(rows_read):
+        assert len(sent) == 1  # read now
+        with records.prefetched(rows_read, count_read):  # an inner block reads only what is new to it
+            assert len(sent) == 2
+            assert records.raw_rows(*rows_read) == expected
+            assert records.raw_rows(*count_read) == [(3, expected[-1][1])]
+            assert len(sent) == 2  # both answered from what was read
+        records.insert_rows(varied_rows(execution, 10, 1))
+        assert len(records.raw_rows(*rows_read)) == 4  # answered once, in the inner block: now the database
+        assert sent[-1] == rows_read[0]
+    with records.prefetched(count_read):
+        pass  # read and not asked for: not kept
+    assert records.raw_rows(*count_read)[0][0] == 4
+
+
 def test_raw_reads_returns_what_separate_raw_rows_calls_return_in_order(execution: models.Execution) -> None:
     records.insert_rows(varied_rows(execution, 0, 3))
     reads = reads_of(execution)
