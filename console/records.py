@@ -72,7 +72,10 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     Inside `prefetched`, a read made there already is answered from what it returned (once)."""
     stash = getattr(_prefetch, "stash", None)
     if stash:
-        rows = stash.pop((sql, tuple(params)), None)
+        try:
+            rows = stash.pop((sql, tuple(params)), None)
+        except TypeError:  # unhashable parameters (a list, a JSON value): never prefetched
+            rows = None
         if rows is not None:
             return rows
     with connection.cursor() as cursor:
@@ -80,7 +83,7 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def raw_reads(*reads: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
     """The rows of several reads, in one round trip where the connection can pipeline (psycopg, binding
     parameters on the server): the server still runs them one after another, each with its own snapshot,
     so a read after a locking one sees what the lock's previous holder committed."""

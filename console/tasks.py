@@ -131,13 +131,18 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
     # last waiting ~1 ms per lookup before it (bench/lookups.py).
     running = [(lookup, _start(lookup)) for lookup in lookups]
     filled = 0
-    while running:
-        running[0][1].wait()
-        done, waiting = [], []
-        for item in running:
-            (done if item[1].wait(0) else waiting).append(item)
-        running = waiting
-        filled += _fill([(lookup, _observed(lookup, started)) for lookup, started in done])
+    try:
+        while running:
+            running[0][1].wait()
+            done, waiting = [], []
+            for item in running:
+                (done if item[1].wait(0) else waiting).append(item)
+            running = waiting
+            filled += _fill([(lookup, _observed(lookup, started)) for lookup, started in done])
+    except SoftTimeLimitExceeded:
+        # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
+        error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
+        filled += _fill([(lookup, (None, error, timezone.now())) for lookup, _ in running])
     _preflight_if_settled(execution_id, filled=filled > 0)
 
 
@@ -163,6 +168,8 @@ def _pending_lookups(execution_id: str, keys: Sequence[str]) -> list[_Lookup]:
     plain query: everything a lookup does before its call sits between the lookups of a frontier starting
     (they share the worker's GIL), and the ORM spent more CPU building these small queries than PostgreSQL
     spent running them."""
+    if not keys:
+        return []
     pk = models.Execution._meta.pk
     assert pk is not None
     params = [pk.get_db_prep_value(uuid.UUID(execution_id), connection), *keys]
@@ -212,8 +219,6 @@ def _observed(lookup: _Lookup, started: connectors.StartedMeasure) -> tuple[Any,
             # A naive time cannot be compared with a max age; read it as UTC rather than fail the lookup.
             observed_at = observed_at.replace(tzinfo=UTC)
         return services.json_safe(value), None, observed_at
-    except SoftTimeLimitExceeded:
-        error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
     except connectors.MeasureFailed as exc:
         error = str(exc) or type(exc).__name__
     except Exception as exc:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from console_helpers import ALICE_MAIN, Agent, Downstream, said
 
 from console import connectors, models, services, tasks
@@ -170,6 +171,29 @@ def test_a_lookup_of_a_batch_that_raises_is_an_error_and_the_execution_holds_wit
     assert errors and "ledger offline" in errors[0]["detail"]
     others = [s for s in record["slots"] if s["key"] in ("cond:ledger_0_covers", "cond:ledger_2_covers")]
     assert [s["met"] for s in others] == [True, True]
+
+
+@pytest.mark.django_db
+def test_lookups_still_running_at_the_tasks_soft_time_limit_are_recorded_as_timed_out_and_hold(
+    downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledgers = Ledgers(delay_s=DELAY_S)
+    survey_with(ledgers)
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch)
+
+    def soft_limit(self: connectors.StartedMeasure, timeout: float | None = None) -> bool:
+        if timeout is None:  # the task waiting for its first lookup: Celery's soft limit strikes (prefork)
+            raise SoftTimeLimitExceeded()
+        return False
+
+    monkeypatch.setattr(connectors.StartedMeasure, "wait", soft_limit)
+    tasks.measure_batch(execution_id, keys)
+
+    assert [(n, value, error) for n, value, error, _ in observed(execution_id)] == [
+        (n, None, "timed out after 75s") for n in range(N)
+    ]
+    execution = models.Execution.objects.get(pk=execution_id)
+    assert execution.verdict == "hold"
 
 
 @pytest.mark.parametrize(
