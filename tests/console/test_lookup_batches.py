@@ -65,8 +65,12 @@ def survey_with(ledgers: Ledgers) -> None:
     connectors.register_lookup("survey.ledger")(ledgers)
 
 
-def undispatched_survey(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str]]:
-    """An execution whose frontier is pending and was sent to no task: (its id, the frontier's keys)."""
+def undispatched_survey(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch, ledgers: Ledgers
+) -> tuple[str, list[str]]:
+    """The survey tool with these ledgers, and an execution of it whose frontier is pending and was sent to
+    no task: (its id, the frontier's keys)."""
+    survey_with(ledgers)
     monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)
     text = f"Survey {ALICE_MAIN} for 10 now"
     record = agent.post(
@@ -90,8 +94,7 @@ def test_a_batch_task_runs_its_lookups_at_the_same_time_and_records_each_once(
     downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledgers = Ledgers(delay_s=DELAY_S)
-    survey_with(ledgers)
-    execution_id, keys = undispatched_survey(quick_agent, monkeypatch)
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, ledgers)
 
     started = time.monotonic()
     tasks.measure_batch(execution_id, keys)
@@ -116,8 +119,7 @@ def test_a_redelivered_batch_runs_no_lookup_again_and_records_nothing_twice(
     downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledgers = Ledgers()
-    survey_with(ledgers)
-    execution_id, keys = undispatched_survey(quick_agent, monkeypatch)
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, ledgers)
     tasks.measure_batch(execution_id, keys)
     first = observed(execution_id)
 
@@ -135,8 +137,7 @@ def test_a_batch_runs_only_those_of_its_lookups_still_pending(
     downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledgers = Ledgers()
-    survey_with(ledgers)
-    execution_id, keys = undispatched_survey(quick_agent, monkeypatch)
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, ledgers)
     tasks.measure_run(execution_id, keys[0])
     (done_first,) = [o for o in observed(execution_id) if o[3] is not None]
 
@@ -151,8 +152,7 @@ def test_a_batch_runs_only_those_of_its_lookups_still_pending(
 def test_a_lookup_of_a_batch_that_raises_is_an_error_and_the_execution_holds_with_that_reason(
     downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    survey_with(Ledgers(fail_n=1))
-    execution_id, keys = undispatched_survey(quick_agent, monkeypatch)
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, Ledgers(fail_n=1))
 
     tasks.measure_batch(execution_id, keys)
 
@@ -178,8 +178,7 @@ def test_lookups_still_running_at_the_tasks_soft_time_limit_are_recorded_as_time
     downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledgers = Ledgers(delay_s=DELAY_S)
-    survey_with(ledgers)
-    execution_id, keys = undispatched_survey(quick_agent, monkeypatch)
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, ledgers)
 
     def soft_limit(self: connectors.StartedMeasure, timeout: float | None = None) -> bool:
         if timeout is None:  # the task waiting for its first lookup: Celery's soft limit strikes (prefork)
@@ -223,8 +222,7 @@ def test_a_frontier_is_split_into_tasks_of_up_to_the_configured_size_covering_ea
 def test_observations_fill_fills_only_pending_rows_counts_them_and_stores_an_error_without_a_value(
     downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    survey_with(Ledgers())
-    execution_id, _ = undispatched_survey(quick_agent, monkeypatch)
+    execution_id, _ = undispatched_survey(quick_agent, monkeypatch, Ledgers())
     rows = list(models.Observation.objects.filter(execution_id=execution_id).order_by("args__n"))
     at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     nested = {"balance": {"amount": 101.5, "currency": "EUR"}, "flags": [True, None, "x"]}
