@@ -8,11 +8,17 @@
 
 Self-contained: creates a scratch database (dropped first if it exists, dropped again at the end), migrates
 it, imports the demo bank's `transfer_funds` (console/demo/bank.py) and an agent token through the services,
-starts gunicorn on a free loopback port (sync workers, two processes per core, by default: request handling
-is CPU-bound Python, so threads in a process only queue on its GIL, and a keep-alive connection pins its
-client to one gthread process while another idles; at 200 req/s here sync 4 gave p99 17-35 ms where gthread
-4x2 gave 26-260 ms, same hour, same code), loads it, stops it, checks the audit chain it wrote and drops the
+starts gunicorn on a free loopback port, loads it, stops it, checks the audit chain it wrote and drops the
 database.
+
+gunicorn runs sync workers, one and a half per core by default. Request handling is CPU-bound Python, so
+threads in a process only queue on its GIL, and a keep-alive connection pins its client to one gthread
+process while another idles: at 200 req/s here, sync 4 gave p99 17-35 ms where gthread 4x2 gave 26-260 ms,
+same hour, same code. A request spends ~70% of its time on CPU and the rest waiting for PostgreSQL, so about
+cores / 0.7 requests keep the cores busy. More processes than that share the cores and stretch every
+request, where fewer would queue in the backlog and each run at full speed. At 200 req/s p99 was
+13.3-36.1 ms (one 110) with 3 workers, 19.3-67.7 ms with 2, and 29.6-54.0 ms with 4 (session 3, runs
+interleaved).
 
 Two loads:
 
@@ -558,7 +564,8 @@ def main() -> int:
     ap.add_argument("--closed-clients", type=int, default=8, help="0 skips the closed loop")
     ap.add_argument("--closed-duration", type=float, default=10.0)
     cpus = os.cpu_count() or 2
-    ap.add_argument("--workers", type=int, default=2 * cpus, help="gunicorn processes (default: 2 per core)")
+    workers = max(1, round(1.5 * cpus))
+    ap.add_argument("--workers", type=int, default=workers, help="gunicorn processes (default: 1.5 per core)")
     ap.add_argument("--threads", type=int, default=2, help="gunicorn threads per process (gthread)")
     ap.add_argument("--worker-class", default="sync", choices=["gthread", "sync"])
     ap.add_argument("--max-connections", type=int, default=64, help="client connection cap")
