@@ -28,6 +28,8 @@ import inspect
 import json
 import logging
 import math
+import os
+import queue
 import shlex
 import sys
 import tempfile
@@ -713,7 +715,7 @@ class _Call:
     it started.
 
     Python cannot interrupt a running function, so on timeout the thread is abandoned (daemon: it cannot keep
-    the process alive). Django database connections opened by that thread are closed when it ends, because
+    the process alive). Django database connections opened by the call are closed when it ends, because
     nobody else can ever reuse or close them.
     """
 
@@ -732,9 +734,7 @@ class _Call:
                 _close_thread_db_connections()
                 done.set()
 
-        threading.Thread(
-            target=target, name=f"preflight-connector-{getattr(fn, '__name__', 'call')}", daemon=True
-        ).start()
+        _runners.run(target)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
@@ -747,6 +747,42 @@ class _Call:
         if not self._done.wait(max(0.0, self.deadline - time.monotonic())):
             return _Outcome(timed_out=True)
         return self.outcome
+
+
+class _Runners:
+    """Daemon threads for connector calls, kept between calls: starting a thread cost ~150 us of CPU here,
+    ten of them per frontier of lookups, under the worker's GIL (bench/lookups.py). A call takes an idle
+    thread or starts one; a thread whose call never returns is abandoned with it, as before, and only
+    threads whose call returned are handed another."""
+
+    MAX_IDLE = 32  # more idle than that end: a burst of calls leaves no crowd behind
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        # A forked child has none of its parent's threads: their queues would take calls nobody runs.
+        os.register_at_fork(after_in_child=self._idle.clear)
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            serve = threading.Thread(target=self._serve, args=(jobs,), daemon=True)
+            serve.name = "preflight-connector"
+            serve.start()
+        jobs.put(job)
+
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()  # the job catches what its call raises
+            with self._lock:
+                if len(self._idle) >= self.MAX_IDLE:
+                    return
+                self._idle.append(jobs)
+
+
+_runners = _Runners()
 
 
 def _close_thread_db_connections() -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -346,6 +348,40 @@ def test_a_started_lookup_stops_waiting_at_its_timeout() -> None:
     assert time.monotonic() - began < 0.5
     with pytest.raises(MeasureFailed, match=r"did not return within 0\.1s"):
         started.result()
+
+
+def test_connector_calls_reuse_the_threads_of_calls_that_returned() -> None:
+    threads: list[threading.Thread] = []  # kept alive, so no two of them can share an id
+    for _ in range(5):
+        connectors._run_with_deadline(lambda: threads.append(threading.current_thread()), {}, 1.0)
+        time.sleep(0.01)  # the thread goes back to idle right after its call's result is set
+
+    assert len({id(thread) for thread in threads}) == 1
+
+
+def test_a_connector_call_that_never_returns_does_not_hold_up_the_next() -> None:
+    stuck = threading.Event()
+    hung = connectors._run_with_deadline(stuck.wait, {}, 0.1)
+    assert hung.timed_out
+
+    began = time.monotonic()
+    assert connectors._run_with_deadline(lambda: 7, {}, 1.0).value == 7
+    assert time.monotonic() - began < 0.5
+    stuck.set()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_connector_calls_on_threads_of_its_own() -> None:
+    connectors._run_with_deadline(lambda: None, {}, 1.0)  # the parent has an idle connector thread now
+    time.sleep(0.01)
+    with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": the point of the test
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: the parent's threads are gone; a call must still run
+        ok = connectors._run_with_deadline(lambda: 42, {}, 2.0).value == 42
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 # ------------------------------------------------------------------------------------------ python tools
