@@ -16,9 +16,9 @@ threads in a process only queue on its GIL, and a keep-alive connection pins its
 process while another idles: at 200 req/s here, sync 4 gave p99 17-35 ms where gthread 4x2 gave 26-260 ms,
 same hour, same code. A request spends ~70% of its time on CPU and the rest waiting for PostgreSQL, so about
 cores / 0.7 requests keep the cores busy. More processes than that share the cores and stretch every
-request, where fewer would queue in the backlog and each run at full speed. At 200 req/s p99 was
-13.3-36.1 ms (one 110) with 3 workers, 19.3-67.7 ms with 2, and 29.6-54.0 ms with 4 (session 3, runs
-interleaved).
+request, where fewer would queue in the backlog and each run at full speed. At 200 req/s p99 was <= 25 ms
+in 6 of 13 runs with 3 workers (13.3-123.6 ms), 3 of 5 with 2 (19.3-67.7), 0 of 5 with 4 (29.6-54.0); the
+misses are the machine's slow minutes, when the server's CPU per request reads 5.2-5.7 ms, not 4.7-4.9.
 
 Two loads:
 
