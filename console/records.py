@@ -372,15 +372,20 @@ def _evidence_sql() -> str:
     )
 
 
-def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:
-    """Add what depends on the chosen tool: the principal's presets for it, and prior state."""
+def presets_read(principal: str, tool: str) -> Read:
+    """The principal's presets for a tool (`server/name`, a contract's identity)."""
     sql = (
         f"SELECT id, slot_key, value, consent FROM {table(models.Preset)}"
         " WHERE principal = %s AND tool = %s AND revoked_at IS NULL"
     )
+    return sql, (principal, tool)
+
+
+def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:
+    """Add what depends on the chosen tool: the principal's presets for it, and prior state."""
     presets = {
         key: Preset(json_value(value), f"preset-{pk}", consent=_consent_text(json_value(consent)))
-        for pk, key, value, consent in raw_rows(sql, (execution.principal, contract.identity))
+        for pk, key, value, consent in raw_rows(*presets_read(execution.principal, contract.identity))
     }
     prior: dict[str, PriorValue] = {}
     if any("prior_state" in cfg.sources for cfg in (contract.extension.slots or {}).values()):

@@ -339,6 +339,13 @@ def _contract_read(body: Mapping[str, Any]) -> records.Read:
     return sql, [part for pair in wanted for part in pair]
 
 
+def _presets_reads(principal: str, body: Mapping[str, Any]) -> list[records.Read]:
+    """The presets read, when the request names its tool (with candidates, it depends on the choice)."""
+    if "tool_candidates" in body:
+        return []
+    return [records.presets_read(principal, f"{body['server']}/{body['tool']}")]
+
+
 def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
     """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
     version never changes, so nothing here needs invalidating)."""
@@ -521,10 +528,10 @@ def _preflight_and_record(
     now = _now()
     if not fresh and not none_pending:
         _expire_lost_lookups(execution, now)
-    # What the preflight reads, read at once (one round trip): the contract, the active rules and, for an
-    # execution with a past, its evidence and how often each lookup ran (bench/lookups.py preflights again
-    # twice on its critical path).
-    reads = [records.rules_read()]
+    # What the preflight reads, read at once (one round trip): the contract, the active rules, the presets
+    # of a named tool and, for an execution with a past, its evidence and how often each lookup ran
+    # (bench/lookups.py preflights again twice on its critical path).
+    reads = [records.rules_read(), *_presets_reads(execution.principal, execution.request)]
     if rows is None:
         reads.insert(0, _contract_read(execution.request))
     if not fresh:
@@ -687,7 +694,10 @@ def execution_create(
     if token is not None and not token.may_act_for(request.principal):
         raise _refuse_principal(request.principal)
     check_pointers(body)
-    with records.prefetched(_contract_read(body), records.rules_read()):  # one round trip for both
+    # One round trip for the contract, the rules and the presets the preflight reads.
+    with records.prefetched(
+        _contract_read(body), records.rules_read(), *_presets_reads(request.principal, body)
+    ):
         rows = _contract_rows(body)  # an unknown tool records nothing
         # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
         execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")

@@ -10,8 +10,9 @@ from django.test.utils import CaptureQueriesContext
 
 pytestmark = pytest.mark.django_db
 
-# Token; BEGIN; contract, active rules, presets; INSERT execution, record, gap rows; chain lock, chain head,
-# INSERT audit events; COMMIT. The execution's summary is in its INSERT (no UPDATE after the record's).
+# Token; BEGIN; contract, active rules, presets (one round trip); INSERT execution, record, gap rows; chain
+# lock, chain head (one round trip), INSERT audit events; COMMIT. The execution's summary is in its INSERT (no
+# UPDATE after the record's).
 EXPECTED = [
     "SELECT agenttoken",
     "BEGIN",

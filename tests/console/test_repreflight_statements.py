@@ -52,13 +52,13 @@ SWEEP: dict[str, Any] = {
 }
 
 # BEGIN; the execution locked (once), none pending under the lock, not run yet (no lost lookups to expire:
-# none is pending), these three in one round trip; contract, active rules, evidence (answers, observations
-# and approvals in one read) and how often each key was looked up, these four in one round trip (read for
-# `execute` too, where nothing uses it: cheaper than a round trip of its own when it is needed); presets;
-# UPDATE execution, INSERT record, then [measure: the next group's lookups | execute: the grant]; chain lock
-# and chain head (one round trip), INSERT audit events; COMMIT.
+# none is pending), these three in one round trip; contract, active rules, presets, evidence (answers,
+# observations and approvals in one read) and how often each key was looked up, these five in one round trip
+# (the counts are read for `execute` too, where nothing uses them: cheaper than a round trip of their own when
+# they are needed); UPDATE execution, INSERT record, then [measure: the next group's lookups | execute: the
+# grant]; chain lock and chain head (one round trip), INSERT audit events; COMMIT.
 BEFORE = ["BEGIN", "SELECT execution", "SELECT observation", "SELECT grant"]
-READS = ["SELECT toolcontract", "SELECT ruleset", "SELECT answer", "SELECT observation", "SELECT preset"]
+READS = ["SELECT toolcontract", "SELECT ruleset", "SELECT preset", "SELECT answer", "SELECT observation"]
 AUDIT = ["SELECT pg_advisory_xact_lock", "SELECT auditevent", "INSERT auditevent", "COMMIT"]
 WRITES = ["UPDATE execution", "INSERT preflightrecord"]
 EXPECTED_MEASURE = [*BEFORE, *READS, *WRITES, "INSERT observation", *AUDIT]
