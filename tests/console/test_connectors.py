@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
+import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -42,6 +45,7 @@ class MeasureEndpoint:
     status: int = 200
     body: bytes = b""
     delay_s: float = 0.0
+    echo_args: bool = False  # answer each request with its own args as the value
     requests: list[dict[str, Any]] = field(default_factory=list)
 
     def answer(
@@ -58,13 +62,18 @@ def measure_server() -> Iterator[MeasureEndpoint]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
-            endpoint.requests.append(json.loads(self.rfile.read(length)))
+            request = json.loads(self.rfile.read(length))
+            endpoint.requests.append(request)
             time.sleep(endpoint.delay_s)
+            body = endpoint.body
+            if endpoint.echo_args:
+                body = json.dumps({"value": request["args"], "observed_at": datetime.now(UTC).isoformat()})
+                body = body.encode()
             self.send_response(endpoint.status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(endpoint.body)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(endpoint.body)
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -82,6 +91,7 @@ def measure_server() -> Iterator[MeasureEndpoint]:
 @pytest.fixture
 def endpoint(measure_server: MeasureEndpoint) -> MeasureEndpoint:
     measure_server.requests.clear()
+    measure_server.echo_args = False
     measure_server.answer(200, {"value": None, "observed_at": datetime.now(UTC).isoformat()})
     return measure_server
 
@@ -246,6 +256,408 @@ def test_http_measure_fails_when_nothing_listens() -> None:
 def test_a_measure_of_unknown_kind_fails() -> None:
     with pytest.raises(MeasureFailed, match="unknown measure kind 'ftp'"):
         connectors.run_measure({"name": "x", "kind": "ftp", "timeout_s": 1}, {})
+
+
+# ------------------------------------------------------------------------------------------ HTTP on the wire
+
+
+def answer_bytes(body: Any) -> bytes:
+    raw = json.dumps(body).encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(raw) + raw
+
+
+def fresh_answer(value: Any = 1) -> dict[str, Any]:
+    return {"value": value, "observed_at": datetime.now(UTC).isoformat()}
+
+
+def read_request(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    while length and len(body) < int(length.group(1)):
+        body += conn.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+class RawServer:
+    """Reads one request per connection and answers ``reply`` verbatim, then closes. ``reply = None``: never
+    answers, and sets ``client_closed`` once the client hangs up."""
+
+    def __init__(
+        self, *, tls: ssl.SSLContext | None = None, family: int = socket.AF_INET, host: str = "127.0.0.1"
+    ) -> None:
+        self.reply: bytes | None = b""
+        self.requests: list[bytes] = []
+        self.client_closed = threading.Event()
+        self._tls = tls
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._listener = socket.socket(family)
+        self._listener.bind((host, 0))
+        self._listener.listen(16)
+        self._listener.settimeout(0.05)
+        self.port = int(self._listener.getsockname()[1])
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(5)
+            if self._tls is not None:
+                conn = self._tls.wrap_socket(conn, server_side=True)
+            self.requests.append(read_request(conn))
+            if self.reply is None:
+                while conn.recv(65536):
+                    pass
+                self.client_closed.set()
+            else:
+                conn.sendall(self.reply)
+        except OSError:
+            pass  # the client hung up, or refused our certificate
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(5)
+
+
+@pytest.fixture
+def raw_server() -> Iterator[RawServer]:
+    server = RawServer()
+    yield server
+    server.close()
+
+
+def raw_measure(url: str, timeout_s: float = 2.0) -> dict[str, Any]:
+    return {"name": "bank.balance", "kind": "http", "url": url, "timeout_s": timeout_s}
+
+
+def test_ten_lookups_started_together_each_get_their_own_answer_at_the_same_time(
+    endpoint: MeasureEndpoint,
+) -> None:
+    endpoint.echo_args, endpoint.delay_s = True, 0.3
+    began = time.monotonic()
+
+    started = [connectors.start_measure(http_measure(endpoint), {"n": n}) for n in range(10)]
+    values = [lookup.result()[0] for lookup in started]
+
+    assert values == [{"n": n} for n in range(10)]
+    assert time.monotonic() - began < 5 * 0.3  # one after another would take 10 x 0.3 s
+    assert connectors._http_loop.in_flight() == 0
+
+
+def test_http_measure_sends_a_json_post_that_closes_the_connection(raw_server: RawServer) -> None:
+    raw_server.reply = answer_bytes(fresh_answer())
+
+    connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/v1/measure?x=1#part"), {"a": 1})
+
+    head, _, body = raw_server.requests[0].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines[1:])}
+    assert lines[0] == "POST /v1/measure?x=1 HTTP/1.1"
+    assert headers["host"] == f"127.0.0.1:{raw_server.port}"
+    assert headers["content-type"] == headers["accept"] == "application/json"
+    assert headers["connection"] == "close"
+    assert int(headers["content-length"]) == len(body)
+    assert json.loads(body) == {"measure": "bank.balance", "args": {"a": 1}}
+
+
+def test_http_measure_reaches_an_ipv6_literal_host() -> None:
+    try:
+        server = RawServer(family=socket.AF_INET6, host="::1")
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        server.reply = answer_bytes(fresh_answer(6))
+
+        value, _ = connectors.run_measure(raw_measure(f"http://[::1]:{server.port}/m"), {})
+
+        assert value == 6
+        assert f"\r\nHost: [::1]:{server.port}\r\n".encode() in server.requests[0]
+    finally:
+        server.close()
+
+
+def test_http_measure_reads_a_chunked_answer(raw_server: RawServer) -> None:
+    raw = json.dumps(fresh_answer({"balance": 812.5})).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (raw[:7], raw[7:20], raw[20:]))
+    raw_server.reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+
+    value, _ = connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+    assert value == {"balance": 812.5}
+
+
+def test_http_measure_reads_an_answer_without_length_until_the_server_closes(raw_server: RawServer) -> None:
+    raw_server.reply = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + json.dumps(fresh_answer(3)).encode()
+
+    value, _ = connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+    assert value == 3
+
+
+def test_http_measure_skips_an_informational_answer_before_the_real_one(raw_server: RawServer) -> None:
+    raw_server.reply = b"HTTP/1.1 100 Continue\r\n\r\n" + answer_bytes(fresh_answer(4))
+
+    value, _ = connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+    assert value == 4
+
+
+def test_http_measure_fails_on_an_answer_larger_than_the_limit(raw_server: RawServer) -> None:
+    size = connectors.MAX_MEASURE_BODY_BYTES + 100
+    raw_server.reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b" " * size
+
+    with pytest.raises(MeasureFailed, match=f"answer larger than {connectors.MAX_MEASURE_BODY_BYTES} bytes"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
+def test_http_measure_does_not_follow_a_redirect(raw_server: RawServer, endpoint: MeasureEndpoint) -> None:
+    raw_server.reply = f"HTTP/1.1 302 Found\r\nLocation: {endpoint.url}\r\nContent-Length: 0\r\n\r\n".encode()
+
+    with pytest.raises(MeasureFailed, match="answered HTTP 302"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {"account": BOB})
+
+    assert endpoint.requests == []
+
+
+def test_http_measure_fails_on_a_garbled_answer(raw_server: RawServer) -> None:
+    raw_server.reply = b"garbage\r\n\r\n"
+
+    with pytest.raises(MeasureFailed, match="request failed: RemoteProtocolError: illegal status line"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
+def test_http_measure_fails_when_the_server_hangs_up_without_answering(raw_server: RawServer) -> None:
+    raw_server.reply = b""
+
+    with pytest.raises(MeasureFailed, match="RemoteDisconnected: Remote end closed connection without"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
+def test_http_measure_refuses_a_url_with_a_space_before_sending_anything(raw_server: RawServer) -> None:
+    with pytest.raises(MeasureFailed, match="InvalidURL: URL can't contain control characters"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/a b"), {})
+
+    assert raw_server.requests == []
+
+
+def test_http_measure_says_the_connection_was_refused() -> None:
+    with pytest.raises(MeasureFailed, match=r"request failed: ConnectionRefusedError: \[Errno \d+\]"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{free_port()}/"), {})
+
+
+def test_http_measure_that_gets_no_answer_hangs_up_at_its_timeout(raw_server: RawServer) -> None:
+    raw_server.reply = None
+    began = time.monotonic()
+
+    with pytest.raises(MeasureFailed, match=r"no answer within 0\.3s"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/", timeout_s=0.3), {})
+
+    assert time.monotonic() - began < 1.0
+    assert raw_server.client_closed.wait(2)  # the loop closed its socket: no connection left behind
+    assert connectors._http_loop.in_flight() == 0
+
+
+def test_http_measure_resolves_a_host_name_off_the_loop_thread(
+    endpoint: MeasureEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resolved_on: list[str] = []
+    getaddrinfo = socket.getaddrinfo
+
+    def recording(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "localhost" and not kwargs.get("flags"):
+            resolved_on.append(threading.current_thread().name)
+        return getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording)
+    endpoint.answer(200, fresh_answer(5))
+    port = endpoint.url.split(":")[2].split("/")[0]
+
+    value, _ = connectors.run_measure(raw_measure(f"http://localhost:{port}/measure"), {})
+
+    assert value == 5
+    assert resolved_on == ["preflight-connector"]  # a runner thread: DNS never holds up the loop
+
+
+def test_http_measure_of_a_host_that_does_not_resolve_fails_with_the_resolver_error() -> None:
+    with pytest.raises(MeasureFailed, match="request failed: gaierror"):
+        connectors.run_measure(raw_measure("http://preflight-lookup.invalid/"), {})
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A certificate for localhost and 127.0.0.1, signed by its own key: (cert.pem, key.pem)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    folder = tmp_path_factory.mktemp("tls")
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_file, key_file
+
+
+@pytest.fixture
+def tls_server(self_signed: tuple[Path, Path]) -> Iterator[RawServer]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*self_signed)
+    server = RawServer(tls=context)
+    yield server
+    server.close()
+
+
+def test_https_measure_reads_the_answer_of_a_server_it_trusts(
+    tls_server: RawServer, self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trusting = ssl.create_default_context(cafile=str(self_signed[0]))
+    monkeypatch.setattr(connectors, "_tls_context", lambda: trusting)
+    # Larger than a TLS record (16 KiB): the loop must drain what the TLS layer has already decrypted.
+    tls_server.reply = answer_bytes(fresh_answer("x" * 200_000))
+
+    value, _ = connectors.run_measure(raw_measure(f"https://localhost:{tls_server.port}/"), {"a": 1})
+
+    assert value == "x" * 200_000
+    assert json.loads(tls_server.requests[0].partition(b"\r\n\r\n")[2])["args"] == {"a": 1}
+
+
+def test_https_measure_refuses_a_certificate_nobody_vouches_for(tls_server: RawServer) -> None:
+    tls_server.reply = answer_bytes(fresh_answer())
+
+    with pytest.raises(MeasureFailed, match=r"request failed: SSLCertVerificationError: .*verify failed"):
+        connectors.run_measure(raw_measure(f"https://127.0.0.1:{tls_server.port}/"), {})
+
+    assert tls_server.requests == []
+
+
+@dataclass
+class FakeProxy:
+    port: int
+    requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+@pytest.fixture
+def fake_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProxy]:
+    """An HTTP proxy (it answers every request itself) named by http_proxy for this test only."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            proxy.requests.append((self.path, json.loads(self.rfile.read(length))))
+            body = json.dumps(fresh_answer("via proxy")).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    proxy = FakeProxy(port=server.server_address[1])
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    # Proxy settings are read once per process: forget them now, and again once the environment is back.
+    connectors._proxies.cache_clear()
+    connectors._opener.cache_clear()
+    yield proxy
+    connectors._proxies.cache_clear()
+    connectors._opener.cache_clear()
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_measure_goes_through_the_proxy_the_environment_names(fake_proxy: FakeProxy) -> None:
+    value, _ = connectors.run_measure(raw_measure("http://lookup.invalid/measure"), {"account": BOB})
+
+    assert value == "via proxy"
+    assert fake_proxy.requests == [
+        ("http://lookup.invalid/measure", {"measure": "bank.balance", "args": {"account": BOB}})
+    ]
+
+
+def test_http_measure_skips_the_proxy_for_a_host_in_no_proxy(
+    fake_proxy: FakeProxy, endpoint: MeasureEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    endpoint.answer(200, fresh_answer("direct"))
+
+    value, _ = connectors.run_measure(http_measure(endpoint), {})
+
+    assert value == "direct"
+    assert fake_proxy.requests == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_http_lookups_on_a_loop_of_its_own(endpoint: MeasureEndpoint) -> None:
+    endpoint.echo_args = True
+    assert connectors.run_measure(http_measure(endpoint), {"who": "parent"})[0] == {"who": "parent"}
+    with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": the point of the test
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: the parent's loop thread is gone; a lookup must still be answered
+        try:
+            ok = connectors.run_measure(http_measure(endpoint), {"who": "child"})[0] == {"who": "child"}
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert connectors.run_measure(http_measure(endpoint), {"who": "parent"})[0] == {"who": "parent"}
 
 
 # ------------------------------------------------------------------------------------------ python lookups
