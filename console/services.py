@@ -643,9 +643,9 @@ def _store_record(
 
         transaction.on_commit(partial(tasks.schedule_trigger, str(execution.pk), execution.timing_at))
     # What was just written answers the call that wrote it, without reading it back, unless work after commit
-    # (lookups, a deferred trigger; in-process in embedded mode) may preflight the execution again first.
-    settled = record.verdict not in ("measure", "deferred")
-    records.keep_answer_rows(execution, (stored, grant) if settled else None)
+    # may preflight the execution again first: a deferred trigger (in-process in embedded mode), or lookups
+    # that did not go to a worker (`_lookups_after_commit` forgets these rows then).
+    records.keep_answer_rows(execution, (stored, grant) if record.verdict != "deferred" else None)
     return stored
 
 
@@ -676,10 +676,18 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
     ]
     if rows:
         records.insert_rows(rows)  # one statement for the frontier
-        keys = [row.key for row in rows]
-        from console import tasks
+        transaction.on_commit(partial(_lookups_after_commit, execution, [row.key for row in rows]))
 
-        transaction.on_commit(partial(tasks.dispatch_lookups, str(execution.pk), keys))
+
+def _lookups_after_commit(execution: models.Execution, keys: list[str]) -> None:
+    from console import tasks
+
+    if not tasks.dispatch_lookups(str(execution.pk), keys):
+        # They ran here (in-process tasks) or the broker refused them: either way the execution was
+        # preflighted again just now, so the record this call wrote is no longer its answer. Lookups that went
+        # to a worker leave it the answer, as committed: the worker's record comes later (bench/lookups.py:
+        # reading the execution back cost its POST ~1 ms and two round trips).
+        records.keep_answer_rows(execution, None)
 
 
 @transaction.atomic

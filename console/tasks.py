@@ -44,27 +44,31 @@ _LOOKUP_SOFT_LIMIT_S = 75
 _LOOKUP_HARD_LIMIT_S = 90
 
 
-def dispatch_lookups(execution_id: str, keys: Sequence[str]) -> None:
-    """Run after commit. If the broker is down, the lookups become errors: the record says hold, with why."""
+def dispatch_lookups(execution_id: str, keys: Sequence[str]) -> bool:
+    """Run after commit. If the broker is down, the lookups become errors: the record says hold, with why.
+    True if the lookups went to the broker; False if they ran here (in-process tasks) or became errors, that
+    is, if the execution was preflighted again before this returned."""
     try:
         frontier = group(_lookup_tasks(execution_id, keys))
         if current_app.conf.task_always_eager:
             frontier.apply_async()  # in-process: there is no broker to batch for
-        else:
-            # The whole frontier in one Redis round trip (kombu pipelines the pushes), so its lookups start
-            # together. One round trip per task let the worker's threads take the GIL between two pushes:
-            # the last lookup of a level of 10 started ~30 ms after the first (bench/lookups.py).
-            # declare=[]: Celery routes to the default exchange, which on Redis pushes straight onto the
-            # queue's list; "declaring" the queue before each push only checked kombu's cache of what was
-            # declared, ~20% of the CPU of publishing a frontier. The worker declares the queues it consumes.
-            with current_app.producer_or_acquire() as producer, producer.batch():
-                frontier.apply_async(producer=producer, declare=[])
+            return False
+        # The whole frontier in one Redis round trip (kombu pipelines the pushes), so its lookups start
+        # together. One round trip per task let the worker's threads take the GIL between two pushes: the
+        # last lookup of a level of 10 started ~30 ms after the first (bench/lookups.py).
+        # declare=[]: Celery routes to the default exchange, which on Redis pushes straight onto the queue's
+        # list; "declaring" the queue before each push only checked kombu's cache of what was declared, ~20%
+        # of the CPU of publishing a frontier. The worker declares the queues it consumes.
+        with current_app.producer_or_acquire() as producer, producer.batch():
+            frontier.apply_async(producer=producer, declare=[])
     except (KombuError, RedisError, OSError) as exc:  # the broker, not the lookups
         # Any part of the group that did go out finds its row no longer pending, and changes nothing.
         logger.warning("lookups for %s not dispatched: %s", execution_id, exc)
         services.lookups_undispatched(
             execution_id=execution_id, keys=keys, reason=f"broker unavailable ({exc})"
         )
+        return False
+    return True
 
 
 def _lookup_tasks(execution_id: str, keys: Sequence[str]) -> list[Any]:

@@ -8,6 +8,8 @@ from console_helpers import Agent, Downstream, transfer_request
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from console import tasks
+
 pytestmark = pytest.mark.django_db
 
 # Token; BEGIN; contract, active rules, presets (one round trip); INSERT execution, record, gap rows; chain
@@ -49,3 +51,24 @@ def test_a_post_of_an_execution_takes_twelve_statements(agent: Agent, bank: Down
     assert response.status_code == 201
     assert response.json()["verdict"] == "ask"
     assert [shape(q["sql"]) for q in queries.captured_queries] == EXPECTED
+
+
+# The same with the frontier's lookup rows in place of gap rows (none is missing yet); the record written is
+# the answer, not read back after commit (the lookups run on a worker, later).
+EXPECTED_MEASURE = [*EXPECTED[:7], "INSERT observation", *EXPECTED[8:]]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the statements are PostgreSQL's")
+def test_a_post_whose_lookups_go_to_a_worker_answers_without_reading_the_execution_back(
+    agent: Agent, bank: Downstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
+    assert agent.post("/api/v1/executions", transfer_request()).status_code == 201
+
+    with CaptureQueriesContext(connection) as queries:
+        response = agent.post("/api/v1/executions", transfer_request(amount=75))
+
+    assert response.status_code == 201
+    assert response.json()["verdict"] == "measure"
+    assert response.json()["seq"] == 1
+    assert [shape(q["sql"]) for q in queries.captured_queries] == EXPECTED_MEASURE

@@ -71,7 +71,7 @@ def undispatched_survey(
     """The survey tool with these ledgers, and an execution of it whose frontier is pending and was sent to
     no task: (its id, the frontier's keys)."""
     survey_with(ledgers)
-    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
     text = f"Survey {ALICE_MAIN} for 10 now"
     record = agent.post(
         "/api/v1/executions",

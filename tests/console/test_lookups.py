@@ -206,7 +206,7 @@ def test_a_lookup_lost_with_its_worker_is_an_error_at_the_next_preflight(
 def test_get_with_wait_returns_as_soon_as_the_lookups_finish(
     bank: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)  # a worker that is slow
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)  # a worker that is slow
     record = agent.post("/api/v1/executions", transfer_request()).json()
     assert record["verdict"] == "measure"
 

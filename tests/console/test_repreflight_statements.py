@@ -103,7 +103,7 @@ def test_a_re_preflight_after_a_lookup_group_takes_sixteen_statements_whether_it
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The groups' tasks do not run: the test records their results itself, then settles as the last one would.
-    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
     services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
     response = agent.post("/api/v1/executions", sweep_request())
     assert response.status_code == 201
@@ -127,7 +127,7 @@ def test_a_group_is_pending_until_its_last_lookup_is_filled_and_settles_once(
 ) -> None:
     # Every task of a group that finishes together may see none pending (the unlocked look) and settle: the
     # first preflights again, the others find the next group pending under the lock and change nothing.
-    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: None)
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
     services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
     response = agent.post("/api/v1/executions", sweep_request())
     execution_id = response.json()["id"]
