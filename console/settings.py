@@ -100,6 +100,9 @@ except ValueError as exc:
 _POSTGRESQL = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 if _POSTGRESQL and env_bool("PREFLIGHT_DB_PREPARED_STATEMENTS", default=True):
     DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
+if _POSTGRESQL:
+    # The same backend, with a health check that needs no round trip while the connection is sound.
+    DATABASES["default"]["ENGINE"] = "console.pgbackend"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
