@@ -179,8 +179,10 @@ def insert_rows(objs: Sequence[Any]) -> None:
         fields = [f for f in meta.concrete_fields if f is not auto_pk]
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         if unnest:
-            # Without a length (varchar[], not varchar(200)[]), as Django does: the column checks it.
-            arrays = ", ".join(f"(%s)::{f.db_type(connection).split('(')[0]}[]" for f in fields)
+            # Without a length (varchar[], not varchar(200)[]), as Django does: the column checks it. %b: the
+            # arrays go in binary, which spares psycopg quoting every element of a text array (a regex each;
+            # ~15% of the CPU of inserting a frontier of 10 lookups).
+            arrays = ", ".join(f"(%b)::{f.db_type(connection).split('(')[0]}[]" for f in fields)
             values = f"SELECT * FROM UNNEST({arrays})"
         else:
             row = "(" + ", ".join(["%s"] * len(fields)) + ")"

@@ -867,7 +867,8 @@ def _fill_sql() -> str:
     obs = records.table(models.Observation)
     return (
         f"UPDATE {obs} o SET value = r.value, error = r.error, observed_at = r.observed_at"
-        " FROM UNNEST((%s)::bigint[], (%s)::jsonb[], (%s)::text[], (%s)::timestamptz[])"
+        # Binary arrays: no quoting of each element (see `records.insert_rows`).
+        " FROM UNNEST((%b)::bigint[], (%b)::jsonb[], (%b)::text[], (%b)::timestamptz[])"
         " AS r(id, value, error, observed_at) WHERE o.id = r.id AND o.observed_at IS NULL"
     )
 

@@ -43,15 +43,18 @@ SURVEY: dict[str, Any] = {
 class Ledgers:
     """The `survey.ledger` lookup: each call takes `delay_s`, answers 100 + n, and raises for `fail_n`."""
 
-    def __init__(self, delay_s: float = 0.0, fail_n: int | None = None) -> None:
+    def __init__(
+        self, delay_s: float = 0.0, fail_n: int | None = None, delays: dict[int, float] | None = None
+    ) -> None:
         self.delay_s = delay_s
+        self.delays = delays or {}  # n -> its own delay, in place of delay_s
         self.fail_n = fail_n
         self.lock = threading.Lock()
         self.calls: list[tuple[int, float, float]] = []  # (n, started, ended), monotonic
 
     def __call__(self, account: str, n: int) -> int:
         started = time.monotonic()
-        time.sleep(self.delay_s)
+        time.sleep(self.delays.get(n, self.delay_s))
         with self.lock:
             self.calls.append((n, started, time.monotonic()))
         if n == self.fail_n:
@@ -111,6 +114,59 @@ def test_a_batch_task_runs_its_lookups_at_the_same_time_and_records_each_once(
         (2, 102, None),
     ]
     # The batch settled the execution itself: no lookup is pending, so it preflighted again.
+    assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
+
+
+def fills_of(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many results each `observations_fill` call of the test recorded, in order."""
+    fills: list[int] = []
+    fill = services.observations_fill
+
+    def counted(*, results: Any) -> int:
+        fills.append(len(results))
+        return fill(results=results)
+
+    monkeypatch.setattr(services, "observations_fill", counted)
+    return fills
+
+
+@pytest.mark.django_db
+def test_answers_that_come_close_together_are_recorded_in_one_statement(
+    downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The second and third answer ~1 and ~2 ms after the first: inside the moment the batch gives them.
+    ledgers = Ledgers(delays={0: 0.05, 1: 0.051, 2: 0.052})
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, ledgers)
+    fills = fills_of(monkeypatch)
+
+    tasks.measure_batch(execution_id, keys)
+
+    assert fills == [N]
+    assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
+
+
+@pytest.mark.django_db
+def test_an_answer_that_comes_much_later_is_recorded_on_its_own_and_the_others_do_not_wait_for_it(
+    downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledgers = Ledgers(delays={0: 0.0, 1: 0.0, 2: DELAY_S})
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, ledgers)
+    fills = fills_of(monkeypatch)
+    recorded_early: list[list[int]] = []
+    slow = ledgers.__call__
+
+    def watching(account: str, n: int) -> int:
+        if n == 2:  # while the slow one runs, what was recorded already
+            time.sleep(DELAY_S / 2)
+            recorded_early.append(list(fills))
+        return slow(account, n)
+
+    connectors.register_lookup("survey.ledger")(watching)
+
+    tasks.measure_batch(execution_id, keys)
+
+    assert fills == [2, 1]
+    assert recorded_early == [[2]]
     assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
 
 
