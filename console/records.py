@@ -209,6 +209,51 @@ def insert_rows(objs: Sequence[Any]) -> None:
         obj._state.db = connection.alias
 
 
+# What a pending lookup row holds besides its execution and dispatch time: measure, lookup, args, args_digest,
+# key, task_key.
+PendingLookup = tuple[str, str, Mapping[str, Any], str, str, str]
+_PENDING_COLUMNS = ("measure", "lookup", "args", "args_digest", "key", "task_key")
+
+
+def insert_pending_lookups(execution: models.Execution, lookups: Sequence[PendingLookup]) -> None:
+    """INSERT a frontier's pending Observation rows: what `insert_rows` would, without model instances. On
+    PostgreSQL one statement, the columns as binary arrays and the execution and dispatch time once: building
+    ten instances and preparing their fields one by one was a quarter of the CPU of a POST that dispatches a
+    frontier of ten (bench/lookups.py), and every level of lookups dispatches the next one this way."""
+    now = datetime.now(UTC)
+    if connection.vendor != "postgresql":
+        fields = [dict(zip(_PENDING_COLUMNS, row, strict=True)) for row in lookups]
+        for f in fields:
+            f["args"] = dict(f["args"])  # a mapping, maybe not a dict
+        insert_rows([models.Observation(execution=execution, **f, dispatched_at=now) for f in fields])
+        return
+    meta = models.Observation._meta
+    execution_id = meta.get_field("execution").get_db_prep_save(execution.pk, connection)
+    dispatched_at = meta.get_field("dispatched_at").get_db_prep_save(now, connection)
+    columns: list[list[Any]] = [[], [], [], [], [], []]
+    for measure, lookup, args, args_digest, key, task_key in lookups:
+        columns[0].append(measure)
+        columns[1].append(lookup)
+        columns[2].append(connection.ops.adapt_json_value(dict(args), None))
+        columns[3].append(args_digest)
+        columns[4].append(key)
+        columns[5].append(task_key)
+    with connection.cursor() as cursor:
+        cursor.execute(_pending_lookups_sql(), [execution_id, dispatched_at, *columns])
+
+
+@per_vendor
+def _pending_lookups_sql() -> str:
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(name) for name in _PENDING_COLUMNS)
+    return (
+        f"INSERT INTO {table(models.Observation)} (execution_id, dispatched_at, {names})"
+        " SELECT %b::uuid, %b::timestamptz, u.* FROM UNNEST("
+        "(%b)::varchar[], (%b)::varchar[], (%b)::jsonb[], (%b)::varchar[], (%b)::varchar[], (%b)::varchar[])"
+        " AS u"
+    )
+
+
 _updates: dict[tuple[type[Any], tuple[str, ...], str], tuple[str, list[Any], Any]] = {}
 
 

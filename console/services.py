@@ -662,21 +662,20 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
     elif execution.records > 1:
         seen = _lookup_counts(execution, wanted)
     rows = [
-        models.Observation(
-            execution=execution,
-            measure=m.measure,
-            lookup=m.lookup,
-            args=dict(m.args),
-            args_digest=m.args_digest,
-            key=m.key,
-            task_key=f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0))[0] + 1}",
+        (
+            m.measure,
+            m.lookup,
+            m.args,
+            m.args_digest,
+            m.key,
+            f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0))[0] + 1}",
         )
         for m in record.measures
         if not seen.get(m.key, (0, 0))[1]  # one is running already: its group's last task preflights again
     ]
     if rows:
-        records.insert_rows(rows)  # one statement for the frontier
-        transaction.on_commit(partial(_lookups_after_commit, execution, [row.key for row in rows]))
+        records.insert_pending_lookups(execution, rows)  # one statement for the frontier
+        transaction.on_commit(partial(_lookups_after_commit, execution, [row[4] for row in rows]))
 
 
 def _lookups_after_commit(execution: models.Execution, keys: list[str]) -> None:

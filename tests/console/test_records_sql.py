@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 import psycopg
@@ -68,6 +69,29 @@ def test_insert_rows_stores_every_column_as_the_orm_reads_it_back_under_each_ins
     for row in rows:
         assert not row._state.adding
         assert columns(models.Observation.objects.get(pk=row.pk)) == columns(row)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_insert_pending_lookups_stores_what_the_orm_would_pending_and_stamped_now(
+    execution: models.Execution, count: int
+) -> None:
+    expected = varied_rows(execution, 0, count)
+    before = datetime.now(UTC)
+
+    records.insert_pending_lookups(
+        execution,
+        [(o.measure, o.lookup, MappingProxyType(o.args), o.args_digest, o.key, o.task_key) for o in expected],
+    )
+
+    stored = list(models.Observation.objects.filter(execution=execution).order_by("id"))
+    fields = ("execution_id", "measure", "lookup", "args", "args_digest", "key", "task_key")
+
+    def pending(rows: list[models.Observation]) -> list[list[Any]]:
+        return [[getattr(o, f) for f in fields] for o in rows]
+
+    assert pending(stored) == pending(expected)
+    assert all(o.value is None and o.error is None and o.observed_at is None for o in stored)
+    assert all(before <= o.dispatched_at <= datetime.now(UTC) for o in stored)
 
 
 @on_postgresql
