@@ -32,6 +32,7 @@ from preflight import (
     Turn,
     compile_plan,
     contract_from_mcp,
+    engine,
     load_rules,
     preflight,
 )
@@ -348,3 +349,26 @@ def test_fast_init_refuses_what_it_would_not_copy() -> None:
     for cls in (Factory, Post, Mutable):
         with pytest.raises(TypeError):
             fast_init(cls)
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53) + 1, 2**53 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(),
+)
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=3), _SCALARS, max_size=3), min_size=1, max_size=6))
+def test_a_kept_args_digest_is_the_digest_of_those_args_whatever_came_before(
+    batch: list[dict[str, Any]],
+) -> None:
+    # Equal in Python but not in JSON (1, 1.0, True; 0 and False): each keeps its own digest.
+    for args in [*batch, {"n": 1}, {"n": 1.0}, {"n": True}, {"n": 0}, {"n": False}, *batch]:
+        assert engine._args_digest(args) == digest(args)
+
+
+def test_args_with_a_list_are_digested_each_time_and_right() -> None:
+    args = {"accounts": ["a", "b"], "n": 1}
+    assert engine._args_digest(args) == engine._args_digest(dict(args)) == digest(args)
