@@ -10,7 +10,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,31 +78,94 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
             rows = None
         if rows is not None:
             return rows
+    if getattr(_writes, "queue", None):
+        return raw_reads((sql, params))[0]  # after the writes waiting, in their round trip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
 
+def _pipelines() -> bool:
+    return bool(connection.settings_dict["OPTIONS"].get("server_side_binding"))
+
+
 def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
     """The rows of several reads, in one round trip where the connection can pipeline (psycopg, binding
     parameters on the server): the server still runs them one after another, each with its own snapshot,
-    so a read after a locking one sees what the lock's previous holder committed."""
-    if not reads:
+    so a read after a locking one sees what the lock's previous holder committed. Inside `batched_writes`,
+    the writes waiting go first, in the same round trip."""
+    queue: list[_Write] | None = getattr(_writes, "queue", None)
+    writes = list(queue or ())
+    if queue:
+        queue.clear()
+    if not reads and not writes:
         return []
-    if not connection.settings_dict["OPTIONS"].get("server_side_binding"):
+    if not _pipelines():
         return [raw_rows(sql, params) for sql, params in reads]
+    statements = [(w.sql, w.params) for w in writes] + list(reads)
     connection.ensure_connection()
-    cursors = [connection.cursor() for _ in reads]
+    cursors = [connection.cursor() for _ in statements]
     try:
-        # A pipelined statement's error surfaces when the pipeline ends, outside the cursors' own wrapping:
-        # translated here as theirs would be (Django's error classes; a broken connection marked as such).
-        with connection.wrap_database_errors, connection.connection.pipeline():
-            for cursor, (sql, params) in zip(cursors, reads, strict=True):
-                cursor.execute(sql, params)
-        return [cursor.fetchall() for cursor in cursors]
+        if len(statements) == 1:
+            cursors[0].execute(*statements[0])
+        else:
+            # A pipelined statement's error surfaces when the pipeline ends, outside the cursors' own
+            # wrapping: translated here as theirs would be (Django's error classes; a broken connection marked
+            # as such).
+            with connection.wrap_database_errors, connection.connection.pipeline():
+                for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                    cursor.execute(sql, params)
+        for write, cursor in zip(writes, cursors, strict=False):
+            write.done(cursor)
+        return [cursor.fetchall() for cursor in cursors[len(writes) :]]
     finally:
         for cursor in cursors:
             cursor.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    sql: str
+    params: Sequence[Any]
+    done: Callable[[Any], None]  # given its cursor once it ran: reads back ids, checks the row count
+
+
+_writes = threading.local()
+
+
+@contextmanager
+def batched_writes() -> Iterator[None]:
+    """Inside this block, `insert_rows`, `update_row` and `insert_pending_lookups` wait for the next statement
+    whose answer is needed (a read, an INSERT whose ids are needed), and go to PostgreSQL with it in one round
+    trip, in the order they were made; what still waits at the end goes then. Storing a preflight took seven
+    round trips before its COMMIT and takes three with this: its execution row with its record; its gap rows
+    and the next lookups or the grant with the audit chain's lock and head; the audit events.
+
+    Nothing but these helpers and `raw_rows`/`raw_reads` may touch the database inside the block: an ORM
+    query would run before the writes still waiting. An error of a waiting write is raised by the statement
+    it went with. Where the connection cannot pipeline (SQLite, client-side binding), writes go at once."""
+    if getattr(_writes, "queue", None) is not None or not _pipelines():
+        yield  # the outer block sends them
+        return
+    _writes.queue = []
+    try:
+        yield
+        raw_reads()  # what still waits
+    finally:
+        _writes.queue = None
+
+
+def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None], *, now: bool) -> None:
+    """Run this write, or queue it inside `batched_writes` (`now`: run the queue and it at once)."""
+    queue: list[_Write] | None = getattr(_writes, "queue", None)
+    if queue is None:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            done(cursor)
+        return
+    queue.append(_Write(sql, params, done))
+    if now:
+        raw_reads()
 
 
 @contextmanager
@@ -157,10 +220,10 @@ def datetime_value(raw: Any) -> datetime | None:
     return raw
 
 
-_inserts: dict[tuple[type[Any], int, str], tuple[str, list[Any], Any]] = {}
+_inserts: dict[tuple[type[Any], int, str, bool], tuple[str, list[Any], Any]] = {}
 
 
-def insert_rows(objs: Sequence[Any]) -> None:
+def insert_rows(objs: Sequence[Any], *, ids: bool = True) -> None:
     """INSERT new model instances of one model in one statement, like `bulk_create` (no save(), no signals)
     but with the SQL built once per model and row count instead of on every call: on the create path Django
     spent more CPU compiling its four INSERTs than PostgreSQL spent running them (bench/api.py). Fills
@@ -168,15 +231,19 @@ def insert_rows(objs: Sequence[Any]) -> None:
 
     Several rows go to PostgreSQL as one array per column (UNNEST, as `bulk_create` does there): one
     statement text for any number of rows, with as many parameters as columns, so psycopg prepares it once
-    (it keeps no parse of a statement with more than 50 parameters: a frontier of 10 lookups is 110)."""
+    (it keeps no parse of a statement with more than 50 parameters: a frontier of 10 lookups is 110).
+
+    `ids=False`: rows whose auto primary key nobody reads again (left None), which inside `batched_writes`
+    can wait for the next round trip; the others' INSERT goes at once, as their ids are needed."""
     model = type(objs[0])
     unnest = connection.vendor == "postgresql" and len(objs) > 1
-    key = (model, 0 if unnest else len(objs), connection.vendor)
+    key = (model, 0 if unnest else len(objs), connection.vendor, ids)
     built = _inserts.get(key)
     if built is None:
         meta = model._meta
-        auto_pk = meta.pk if meta.pk.get_internal_type().endswith("AutoField") else None
-        fields = [f for f in meta.concrete_fields if f is not auto_pk]
+        auto_pk = meta.pk if ids and meta.pk.get_internal_type().endswith("AutoField") else None
+        no_pk = meta.pk if meta.pk.get_internal_type().endswith("AutoField") else None
+        fields = [f for f in meta.concrete_fields if f is not no_pk]
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         if unnest:
             # Without a length (varchar[], not varchar(200)[]), as Django does: the column checks it. %b: the
@@ -198,15 +265,17 @@ def insert_rows(objs: Sequence[Any]) -> None:
         params = [[f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs] for f in fields]
     else:
         params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+
+    def done(cursor: Any) -> None:
         # In the order of the rows, as bulk_create reads them (UNNEST inserts its arrays in order).
-        ids = cursor.fetchall() if auto_pk is not None else []
-    for i, obj in enumerate(objs):
-        if auto_pk is not None:
-            setattr(obj, auto_pk.attname, ids[i][0])
-        obj._state.adding = False
-        obj._state.db = connection.alias
+        returned = cursor.fetchall() if auto_pk is not None else []
+        for i, obj in enumerate(objs):
+            if auto_pk is not None:
+                setattr(obj, auto_pk.attname, returned[i][0])
+            obj._state.adding = False
+            obj._state.db = connection.alias
+
+    _write(sql, params, done, now=auto_pk is not None)
 
 
 # What a pending lookup row holds besides its execution and dispatch time: measure, lookup, args, args_digest,
@@ -238,8 +307,7 @@ def insert_pending_lookups(execution: models.Execution, lookups: Sequence[Pendin
         columns[3].append(args_digest)
         columns[4].append(key)
         columns[5].append(task_key)
-    with connection.cursor() as cursor:
-        cursor.execute(_pending_lookups_sql(), [execution_id, dispatched_at, *columns])
+    _write(_pending_lookups_sql(), [execution_id, dispatched_at, *columns], lambda cursor: None, now=False)
 
 
 @per_vendor
@@ -276,11 +344,13 @@ def update_row(obj: Any, field_names: Sequence[str]) -> None:
     sql, fields, pk = built
     params = [f.get_db_prep_save(f.pre_save(obj, add=False), connection) for f in fields]
     params.append(pk.get_db_prep_value(obj.pk, connection))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+
+    def done(cursor: Any) -> None:
         if cursor.rowcount != 1:
             # What save(update_fields=...) says of a row that is gone.
             raise DatabaseError("Save with update_fields did not affect any rows.")
+
+    _write(sql, params, done, now=False)
 
 
 def rules_read() -> Read:

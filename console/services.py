@@ -550,7 +550,9 @@ _RECORD_FIELDS = (
 )
 
 
-# The preflight, its gap report and its grant go into the audit chain in one write, at the end.
+# The preflight, its gap report and its grant go into the audit chain in one write, at the end; the rows that
+# need no answer wait for the chain's lock and head, to go in that round trip.
+@records.batched_writes()
 @audit_batch()
 def _store_record(
     execution: models.Execution,
@@ -597,7 +599,8 @@ def _store_record(
     records.insert_rows([stored])
     if record.gaps:
         records.insert_rows(
-            [
+            ids=False,
+            objs=[
                 models.GapRow(
                     execution=execution,
                     record=stored,
@@ -608,7 +611,7 @@ def _store_record(
                     detail=g.detail,
                 )
                 for g in record.gaps
-            ]
+            ],
         )
     audit_append(
         kind="preflight",
@@ -635,7 +638,7 @@ def _store_record(
         )
     grant = None
     if record.verdict == "execute":
-        grant = _issue_grant(execution, stored)
+        grant = _issue_grant(execution, stored, ids=False)
     elif record.verdict == "measure":
         _dispatch_lookups(execution, record)
     elif record.verdict == "deferred" and execution.timing_at is not None:
@@ -1032,7 +1035,10 @@ def approval_create(
 # ---- grants and the execution gate -------------------------------------------------------------------
 
 
-def _issue_grant(execution: models.Execution, stored: models.PreflightRecord) -> models.Grant:
+def _issue_grant(
+    execution: models.Execution, stored: models.PreflightRecord, *, ids: bool = True
+) -> models.Grant:
+    """`ids=False`: nobody reads the grant's own id (left None), so its INSERT may wait (`batched_writes`)."""
     record = stored.record
     _, claims = signer().issue(
         execution_id=str(execution.pk),
@@ -1054,7 +1060,7 @@ def _issue_grant(execution: models.Execution, stored: models.PreflightRecord) ->
         expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
     )
     # What create() would write (Grant has no save() of its own), without building the INSERT on every call.
-    records.insert_rows([grant])
+    records.insert_rows([grant], ids=ids)
     audit_append(
         kind="grant",
         execution_id=execution.pk,

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 import psycopg
 import pytest
-from django.db import DataError, OperationalError, connection, connections, transaction
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
+from django.test.utils import CaptureQueriesContext
 
 from console import models, records
 
@@ -254,3 +264,110 @@ def waiter_seen(cursor: Any, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+# ---- batched_writes
+
+
+@pytest.fixture
+def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every psycopg pipeline opened from now on."""
+    opened: list[Any] = []
+    real = psycopg.Connection.pipeline
+
+    def spy(self: psycopg.Connection[Any]) -> Any:
+        opened.append(self)
+        return real(self)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", spy)
+    return opened
+
+
+def verdict_and_lookups(execution: models.Execution) -> list[tuple[str, list[Any]]]:
+    pk = models.Execution._meta.get_field("id").get_db_prep_value(execution.pk, connection)
+    return [
+        (f"SELECT verdict FROM {records.table(models.Execution)} WHERE id = %s", [pk]),
+        (f"SELECT count(*) FROM {records.table(models.Observation)} WHERE execution_id = %s", [pk]),
+    ]
+
+
+@on_postgresql
+def test_batched_writes_wait_for_the_next_read_and_go_before_it_in_its_round_trip(
+    execution: models.Execution, pipelines: list[Any]
+) -> None:
+    with CaptureQueriesContext(connection) as queries, records.batched_writes():
+        execution.verdict = "ask"
+        records.update_row(execution, ["verdict"])
+        records.insert_rows(varied_rows(execution, 0, 3), ids=False)
+        assert queries.captured_queries == []  # nothing sent yet
+
+        verdict, lookups = records.raw_reads(*verdict_and_lookups(execution))
+
+    assert (verdict, lookups) == ([("ask",)], [(3,)])
+    assert len(pipelines) == 1
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE", "INSERT", "SELECT", "SELECT"]
+
+
+@on_postgresql
+def test_an_insert_whose_ids_are_needed_goes_at_once_and_takes_the_waiting_writes_along(
+    execution: models.Execution, pipelines: list[Any]
+) -> None:
+    rows = varied_rows(execution, 0, 2)
+    with records.batched_writes():
+        execution.verdict = "hold"
+        records.update_row(execution, ["verdict"])
+        records.insert_rows(rows)
+        assert all(row.pk is not None for row in rows)
+        assert len(pipelines) == 1
+
+    assert models.Execution.objects.get(pk=execution.pk).verdict == "hold"
+    assert [columns(models.Observation.objects.get(pk=row.pk)) for row in rows] == [columns(r) for r in rows]
+
+
+@on_postgresql
+def test_writes_still_waiting_when_the_block_ends_are_sent_then(execution: models.Execution) -> None:
+    with records.batched_writes():
+        records.insert_rows(varied_rows(execution, 0, 2), ids=False)
+        records.insert_pending_lookups(execution, [("m", "l", {"a": 1}, "sha256:0", "m#0", "t:0")])
+        assert not models.Observation.objects.filter(execution=execution).exists()  # an ORM read: not yet
+
+    assert models.Observation.objects.filter(execution=execution).count() == 3
+
+
+@on_postgresql
+def test_a_block_that_raises_sends_nothing_it_was_holding(execution: models.Execution) -> None:
+    with pytest.raises(RuntimeError), records.batched_writes():
+        records.insert_rows(varied_rows(execution, 0, 2), ids=False)
+        raise RuntimeError("the service failed")
+
+    with records.batched_writes():  # a later block starts empty
+        pass
+    assert not models.Observation.objects.filter(execution=execution).exists()
+
+
+@on_postgresql
+def test_a_waiting_write_that_fails_raises_djangos_error_from_the_statement_it_went_with(
+    execution: models.Execution,
+) -> None:
+    never_stored = models.Execution(pk=uuid.uuid4(), verdict="ask")
+    with (
+        pytest.raises(DatabaseError, match="did not affect any rows"),
+        transaction.atomic(),
+        records.batched_writes(),
+    ):
+        records.update_row(never_stored, ["verdict"])
+        records.raw_reads(*verdict_and_lookups(execution))
+
+    twins = varied_rows(execution, 0, 1) + varied_rows(execution, 0, 1)  # the same task_key
+    with pytest.raises(IntegrityError), transaction.atomic(), records.batched_writes():
+        records.insert_rows(twins, ids=False)  # sent when the block ends
+
+
+@on_postgresql
+def test_without_pipelining_batched_writes_go_at_once(
+    execution: models.Execution, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {})
+    with records.batched_writes():
+        records.insert_rows(varied_rows(execution, 0, 2), ids=False)
+        assert models.Observation.objects.filter(execution=execution).count() == 2
