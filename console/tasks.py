@@ -82,14 +82,14 @@ def _lookup_tasks(execution_id: str, keys: Sequence[str]) -> list[Any]:
     worker's one GIL: one task per lookup kept a frontier of 10 waiting ~25 ms longer, per level, for CPU
     alone (bench/lookups.py). Large frontiers still spread over several tasks, and so over workers."""
     per = settings.PREFLIGHT_LOOKUPS_PER_TASK
+    batches = [list(keys[at : at + per]) for at in range(0, len(keys), per)]
+    whole = len(batches) == 1  # the group's one task: no other task of it will look or settle
     tasks = []
-    for at in range(0, len(keys), per):
-        batch = list(keys[at : at + per])
+    for batch in batches:
+        args = (execution_id, batch[0] if len(batch) == 1 else batch, whole)
+        task = measure_run if len(batch) == 1 else measure_batch
         # argsrepr: what Celery would write (the args are short strings) without its generic saferepr.
-        if len(batch) == 1:
-            tasks.append(measure_run.si(execution_id, batch[0]).set(argsrepr=repr((execution_id, batch[0]))))
-        else:
-            tasks.append(measure_batch.si(execution_id, batch).set(argsrepr=repr((execution_id, batch))))
+        tasks.append(task.si(*args).set(argsrepr=repr(args)))
     return tasks
 
 
@@ -113,20 +113,21 @@ def schedule_trigger(execution_id: str, at: datetime) -> None:
 @shared_task(
     acks_late=True, ignore_result=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S
 )
-def measure_run(execution_id: str, key: str) -> None:
-    """One lookup of a frontier."""
-    _run_lookups(execution_id, [key])
+def measure_run(execution_id: str, key: str, whole_frontier: bool = False) -> None:
+    """One lookup of a frontier (`whole_frontier`: the only one)."""
+    _run_lookups(execution_id, [key], whole_frontier=whole_frontier)
 
 
 @shared_task(
     acks_late=True, ignore_result=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S
 )
-def measure_batch(execution_id: str, keys: list[str]) -> None:
-    """Several lookups of a frontier, run at the same time (see `_lookup_tasks`)."""
-    _run_lookups(execution_id, keys)
+def measure_batch(execution_id: str, keys: list[str], whole_frontier: bool = False) -> None:
+    """Several lookups of a frontier, run at the same time (see `_lookup_tasks`; `whole_frontier`: all of
+    them)."""
+    _run_lookups(execution_id, keys, whole_frontier=whole_frontier)
 
 
-def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
+def _run_lookups(execution_id: str, keys: Sequence[str], *, whole_frontier: bool = False) -> None:
     """Run the pending lookups of these keys and record their results as they come, then preflight again if
     none of the execution's is pending any more. A key found done already is a redelivered copy's: that
     lookup is not run again (a copy may still owe the preflight, though)."""
@@ -157,7 +158,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
         filled += _fill([(lookup, (None, error, timezone.now())) for lookup, _ in running])
-    _preflight_if_settled(execution_id, filled=filled > 0)
+    _preflight_if_settled(execution_id, filled=filled > 0, look_first=not whole_frontier)
 
 
 def _fill(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> int:
@@ -247,13 +248,14 @@ def lookups_done(execution_id: str) -> None:
     _preflight_if_settled(execution_id, filled=False)
 
 
-def _preflight_if_settled(execution_id: str, *, filled: bool) -> None:
+def _preflight_if_settled(execution_id: str, *, filled: bool, look_first: bool = True) -> None:
     """Preflight again once no lookup of the execution is pending: the group is done. `filled`: this task
     recorded its lookup's result just now (a redelivered copy finds it recorded already)."""
     # Without the lock first: all but the last of a group stop here, instead of queueing on the row lock.
     # Each task looks after committing its own row, so the last to commit sees none pending (the argument is
-    # in `services.lookups_settled`).
-    if services.lookups_pending(execution_id):
+    # in `services.lookups_settled`). A group's only task has nobody to queue behind, and the settle looks
+    # again under the lock anyway: it goes straight there (one round trip less between two levels).
+    if look_first and services.lookups_pending(execution_id):
         return
     services.lookups_settled(execution_id=execution_id, filled=filled)
 

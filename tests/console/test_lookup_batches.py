@@ -254,11 +254,15 @@ def test_lookups_still_running_at_the_tasks_soft_time_limit_are_recorded_as_time
 @pytest.mark.parametrize(
     ("per_task", "keys", "expected"),
     [
-        (2, ["a", "b", "c"], [("measure_batch", ["a", "b"]), ("measure_run", "c")]),
-        (2, ["a", "b", "c", "d"], [("measure_batch", ["a", "b"]), ("measure_batch", ["c", "d"])]),
-        (3, ["a", "b", "c"], [("measure_batch", ["a", "b", "c"])]),
-        (10, ["a"], [("measure_run", "a")]),
-        (1, ["a", "b"], [("measure_run", "a"), ("measure_run", "b")]),
+        (2, ["a", "b", "c"], [("measure_batch", ["a", "b"], False), ("measure_run", "c", False)]),
+        (
+            2,
+            ["a", "b", "c", "d"],
+            [("measure_batch", ["a", "b"], False), ("measure_batch", ["c", "d"], False)],
+        ),
+        (3, ["a", "b", "c"], [("measure_batch", ["a", "b", "c"], True)]),
+        (10, ["a"], [("measure_run", "a", True)]),
+        (1, ["a", "b"], [("measure_run", "a", False), ("measure_run", "b", False)]),
     ],
 )
 def test_a_frontier_is_split_into_tasks_of_up_to_the_configured_size_covering_each_key_once_in_order(
@@ -268,7 +272,8 @@ def test_a_frontier_is_split_into_tasks_of_up_to_the_configured_size_covering_ea
 
     signatures = tasks._lookup_tasks("e-1", keys)
 
-    assert [(sig.task.rsplit(".", 1)[-1], sig.args[1]) for sig in signatures] == expected
+    # (task, its keys, whether it is the group's only task)
+    assert [(sig.task.rsplit(".", 1)[-1], sig.args[1], sig.args[2]) for sig in signatures] == expected
     assert {sig.args[0] for sig in signatures} == {"e-1"}
     # Immutable: a group's task must not receive another task's result as an argument.
     assert all(sig.immutable for sig in signatures)
@@ -317,3 +322,22 @@ def test_observations_fill_fills_only_pending_rows_counts_them_and_stores_an_err
         ("last", None, later),
     ]
     assert services.observations_fill(results=[]) == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("whole_frontier", [True, False])
+def test_a_groups_only_task_settles_under_the_lock_without_looking_first(
+    downstream: Downstream,
+    quick_agent: Agent,
+    monkeypatch: pytest.MonkeyPatch,
+    whole_frontier: bool,
+) -> None:
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, Ledgers())
+    looks: list[str] = []
+    look = services.lookups_pending
+    monkeypatch.setattr(services, "lookups_pending", lambda eid: looks.append(eid) or look(eid))
+
+    tasks.measure_batch(execution_id, keys, whole_frontier)
+
+    assert looks == ([] if whole_frontier else [execution_id])
+    assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
