@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 
 from console import models
 from preflight import (
@@ -63,6 +63,14 @@ def engine_contract(row: models.ToolContract) -> ToolContract:
 
 Read = tuple[str, Sequence[Any]]  # a statement and its parameters
 
+
+def _db() -> Any:
+    """The default database's wrapper itself, for the hot paths here to read once: every attribute read
+    through `django.db.connection`, a proxy, looks the wrapper up in the thread's context again (~1 us, some
+    80 times in a POST /executions)."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
 _prefetch = threading.local()
 
 
@@ -70,6 +78,7 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Rows of one read on the hot path, in plain SQL: the ORM spends more CPU building a small indexed query
     than PostgreSQL spends running it (bench/api.py). JSON columns come back as text; see `json_value`.
     Inside `prefetched`, a read made there already is answered from what it returned (once)."""
+    connection = _db()
     stash = getattr(_prefetch, "stash", None)
     if stash:
         try:
@@ -94,6 +103,7 @@ def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
     parameters on the server): the server still runs them one after another, each with its own snapshot,
     so a read after a locking one sees what the lock's previous holder committed. Inside `batched_writes`,
     the writes waiting go first, in the same round trip."""
+    connection = _db()
     queue: list[_Write] | None = getattr(_writes, "queue", None)
     writes = list(queue or ())
     if queue:
@@ -157,6 +167,7 @@ def batched_writes() -> Iterator[None]:
 
 def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None], *, now: bool) -> None:
     """Run this write, or queue it inside `batched_writes` (`now`: run the queue and it at once)."""
+    connection = _db()
     queue: list[_Write] | None = getattr(_writes, "queue", None)
     if queue is None:
         with connection.cursor() as cursor:
@@ -194,6 +205,7 @@ def per_vendor[T](build: Callable[[], T]) -> Callable[[], T]:
     built: dict[str, T] = {}
 
     def get() -> T:
+        connection = _db()
         found = built.get(connection.vendor)
         if found is None:
             found = built[connection.vendor] = build()
@@ -235,6 +247,7 @@ def insert_rows(objs: Sequence[Any], *, ids: bool = True) -> None:
 
     `ids=False`: rows whose auto primary key nobody reads again (left None), which inside `batched_writes`
     can wait for the next round trip; the others' INSERT goes at once, as their ids are needed."""
+    connection = _db()
     model = type(objs[0])
     unnest = connection.vendor == "postgresql" and len(objs) > 1
     key = (model, 0 if unnest else len(objs), connection.vendor, ids)
@@ -289,6 +302,7 @@ def insert_pending_lookups(execution: models.Execution, lookups: Sequence[Pendin
     PostgreSQL one statement, the columns as binary arrays and the execution and dispatch time once: building
     ten instances and preparing their fields one by one was a quarter of the CPU of a POST that dispatches a
     frontier of ten (bench/lookups.py), and every level of lookups dispatches the next one this way."""
+    connection = _db()
     now = datetime.now(UTC)
     if connection.vendor != "postgresql":
         fields = [dict(zip(_PENDING_COLUMNS, row, strict=True)) for row in lookups]
@@ -329,6 +343,7 @@ def update_row(obj: Any, field_names: Sequence[str]) -> None:
     """UPDATE these fields of one saved instance, like `save(update_fields=...)` (no save(), no signals) but
     with the SQL built once per model and field list: on a re-preflight the ORM spent more CPU compiling the
     execution's UPDATE than PostgreSQL spent running it. Fills auto_now fields. For services to call only."""
+    connection = _db()
     model = type(obj)
     key = (model, tuple(field_names), connection.vendor)
     built = _updates.get(key)
