@@ -180,15 +180,20 @@ def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None], *, now:
 
 
 @contextmanager
-def prefetched(*reads: Read) -> Iterator[None]:
+def prefetched(*reads: Read, rows: Sequence[list[tuple[Any, ...]]] | None = None) -> Iterator[None]:
     """Make these reads now, together (`raw_reads`: one round trip), for the `raw_rows` calls inside the block
     that make them (each answered once; a read not made here goes to the database as usual). For reads that
-    do not depend on each other, made one after another by code that reads best as it is."""
+    do not depend on each other, made one after another by code that reads best as it is. `rows`: what the
+    reads returned already, read in the round trip of something else."""
     outer: dict[tuple[str, tuple[Any, ...]], Any] | None = getattr(_prefetch, "stash", None)
     stash = outer if outer is not None else {}  # nested blocks share it: each read is answered once
     keys = dict.fromkeys((sql, tuple(params)) for sql, params in reads)
     wanted = [read for read in keys if read not in stash]
-    stash.update(zip(wanted, raw_reads(*wanted), strict=True))
+    if rows is None:
+        stash.update(zip(wanted, raw_reads(*wanted), strict=True))
+    else:
+        given = dict(zip(((sql, tuple(params)) for sql, params in reads), rows, strict=True))
+        stash.update((read, given[read]) for read in wanted)
     _prefetch.stash = stash
     try:
         yield

@@ -528,19 +528,32 @@ def _preflight_and_record(
     now = _now()
     if not fresh and not none_pending:
         _expire_lost_lookups(execution, now)
-    # What the preflight reads, read at once (one round trip): the contract, the active rules, the presets
-    # of a named tool and, for an execution with a past, its evidence and how often each lookup ran
-    # (bench/lookups.py preflights again twice on its critical path).
-    reads = [records.rules_read(), *_presets_reads(execution.principal, execution.request)]
-    if rows is None:
-        reads.insert(0, _contract_read(execution.request))
-    if not fresh:
-        reads += [records.evidence_read(execution), _lookup_counts_read(execution)]
+    reads = _preflight_reads(execution.pk, execution.principal, execution.request, rows=rows, fresh=fresh)
     with records.prefetched(*reads):
         record, row = _preflight(execution, fresh=fresh, rows=rows)
         if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
             record, row = _preflight(execution, fresh=False)
     return _store_record(execution, record, row, trigger=trigger, audit=audit)
+
+
+def _preflight_reads(
+    execution_id: Any,
+    principal: str,
+    request: Mapping[str, Any],
+    *,
+    rows: list[models.ToolContract] | None = None,
+    fresh: bool = False,
+) -> list[records.Read]:
+    """What a preflight reads, to be read at once (one round trip): the contract, the active rules, the
+    presets of a named tool and, for an execution with a past, its evidence and how often each lookup ran
+    (bench/lookups.py preflights again twice on its critical path)."""
+    reads = [records.rules_read(), *_presets_reads(principal, request)]
+    if rows is None:
+        reads.insert(0, _contract_read(request))
+    if not fresh:
+        execution = models.Execution(pk=execution_id)
+        reads += [records.evidence_read(execution), _lookup_counts_read(execution)]
+    return reads
 
 
 # What a new record changes on its execution.
@@ -883,25 +896,29 @@ def _fill_one_sql() -> str:
     )
 
 
-def _lock_execution_row(execution_id: Any) -> tuple[models.Execution | None, bool, bool]:
+def _lock_execution_row(
+    execution_id: Any, also: Sequence[records.Read] = ()
+) -> tuple[models.Execution | None, bool, bool, list[list[tuple[Any, ...]]]]:
     """The execution, locked as `_lock_execution` locks it, and, read once the lock is held, whether any of
-    its lookups is pending and whether it has run: three statements in one round trip, in plain SQL built
-    once (the ORM spent ~1 ms of CPU building the locked read), on the path between two levels of lookups.
-    Without its contract: a preflight sets the contract it chose."""
+    its lookups is pending, whether it has run and what the reads `also` return: in one round trip, in plain
+    SQL built once (the ORM spent ~1 ms of CPU building the locked read), on the path between two levels of
+    lookups. Without its contract: a preflight sets the contract it chose."""
     sql, names, converters = _lock_row_sql()
     try:
         pk = _execution_pk(execution_id)
     except (ValidationError, ValueError):
-        return None, False, False
-    rows, pending, ran = records.raw_reads((sql, [pk]), (_pending_sql(), [pk]), (_has_run_sql(), [pk]))
+        return None, False, False, []
+    rows, pending, ran, *read = records.raw_reads(
+        (sql, [pk]), (_pending_sql(), [pk]), (_has_run_sql(), [pk]), *also
+    )
     if not rows:
-        return None, False, False
+        return None, False, False, []
     values = []
     for value, (col, convert) in zip(rows[0], converters, strict=True):
         for fn in convert:
             value = fn(value, col, connection)
         values.append(value)
-    return models.Execution.from_db(connection.alias, names, values), bool(pending), bool(ran)
+    return models.Execution.from_db(connection.alias, names, values), bool(pending), bool(ran), read
 
 
 @records.per_vendor
@@ -937,7 +954,9 @@ def _pending_sql() -> str:
 
 
 @transaction.atomic
-def lookups_settled(*, execution_id: Any, filled: bool) -> models.PreflightRecord | None:
+def lookups_settled(
+    *, execution_id: Any, filled: bool, known: tuple[str, Mapping[str, Any]] | None = None
+) -> models.PreflightRecord | None:
     """A lookup task found none of the execution's lookups pending: preflight again, under the row lock, if
     the latest record waits on lookups. `filled`: that task recorded its result just now (a redelivered copy
     finds it recorded). Returns the new record, if one was made.
@@ -952,11 +971,16 @@ def lookups_settled(*, execution_id: Any, filled: bool) -> models.PreflightRecor
     group or recorded `execute`.
 
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
-    `execute` would mint a new grant and void the one the agent holds."""
+    `execute` would mint a new grant and void the one the agent holds.
+
+    `known`: the execution's principal and request as the caller read them earlier (neither ever changes), so
+    that what the preflight reads goes with the lock, in its round trip (one round trip less between two
+    levels of lookups)."""
     # Locked once, all of it (for the preflight): all but the last of a group stopped before the lock. The
     # pending lookups are read after the lock is held: that read sees every group a settle before this one
     # dispatched.
-    execution, pending, ran = _lock_execution_row(execution_id)
+    reads = _preflight_reads(execution_id, *known) if known is not None else []
+    execution, pending, ran, read = _lock_execution_row(execution_id, also=reads)
     if execution is None:
         return None
     if pending:
@@ -965,7 +989,8 @@ def lookups_settled(*, execution_id: Any, filled: bool) -> models.PreflightRecor
         return None
     if ran:
         return None  # a fresh `execute` would mint a second grant for a call that happened
-    return _preflight_and_record(execution, trigger="lookups", none_pending=True)
+    with records.prefetched(*reads, rows=read):
+        return _preflight_and_record(execution, trigger="lookups", none_pending=True)
 
 
 def _may_wait_on_lookups(execution: models.Execution) -> bool:

@@ -36,7 +36,7 @@ from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
 from console import connectors, models, services
-from console.records import json_value, raw_rows, table
+from console.records import json_value, per_vendor, raw_reads, table
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str], *, whole_frontier: bool
     """Run the pending lookups of these keys and record their results as they come, then preflight again if
     none of the execution's is pending any more. A key found done already is a redelivered copy's: that
     lookup is not run again (a copy may still owe the preflight, though)."""
-    lookups = _pending_lookups(execution_id, keys)
+    lookups, known = _pending_lookups(execution_id, keys)
     # All started first (each waits on its measure in a thread of its own), then collected: results are
     # recorded from this thread, whose database connection is kept across tasks, and all that came in
     # meanwhile in one statement. The answers of a frontier come close together; one statement each kept the
@@ -158,7 +158,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str], *, whole_frontier: bool
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
         filled += _fill([(lookup, (None, error, timezone.now())) for lookup, _ in running])
-    _preflight_if_settled(execution_id, filled=filled > 0, look_first=not whole_frontier)
+    _preflight_if_settled(execution_id, filled=filled > 0, look_first=not whole_frontier, known=known)
 
 
 def _fill(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> int:
@@ -178,20 +178,26 @@ class _Lookup:
     measure: dict[str, Any] | None  # the connector spec of the Measure it runs; None if none is registered
 
 
-def _pending_lookups(execution_id: str, keys: Sequence[str]) -> list[_Lookup]:
+def _pending_lookups(
+    execution_id: str, keys: Sequence[str]
+) -> tuple[list[_Lookup], tuple[str, dict[str, Any]] | None]:
     """The pending observation of each key (the first, if a key has several) and the measure it runs, in one
     plain query: everything a lookup does before its call sits between the lookups of a frontier starting
     (they share the worker's GIL), and the ORM spent more CPU building these small queries than PostgreSQL
-    spent running them."""
+    spent running them. Also, in the same round trip, the execution's principal and request, which never
+    change: the settle reads what its preflight needs with its lock (`services.lookups_settled`)."""
     if not keys:
-        return []
+        return [], None
     pk = models.Execution._meta.pk
     assert pk is not None
-    params = [pk.get_db_prep_value(uuid.UUID(execution_id), connection), *keys]
+    execution_pk = pk.get_db_prep_value(uuid.UUID(execution_id), connection)
+    pending, execution = raw_reads(
+        (_pending_sql(connection.vendor, len(keys)), [execution_pk, *keys]),
+        (_execution_sql(), [execution_pk]),
+    )
+    known = (execution[0][0], json_value(execution[0][1])) if execution else None
     found: dict[str, _Lookup] = {}
-    for obs_id, key, name, args, m_name, kind, url, timeout_s, config in raw_rows(
-        _pending_sql(connection.vendor, len(keys)), params
-    ):
+    for obs_id, key, name, args, m_name, kind, url, timeout_s, config in pending:
         if key in found:
             continue
         spec = None
@@ -204,7 +210,12 @@ def _pending_lookups(execution_id: str, keys: Sequence[str]) -> list[_Lookup]:
                 "config": json_value(config),
             }
         found[key] = _Lookup(obs_id, name, json_value(args), spec)
-    return [found[key] for key in dict.fromkeys(keys) if key in found]
+    return [found[key] for key in dict.fromkeys(keys) if key in found], known
+
+
+@per_vendor
+def _execution_sql() -> str:
+    return f"SELECT principal, request FROM {table(models.Execution)} WHERE id = %s"
 
 
 @functools.cache
@@ -248,7 +259,13 @@ def lookups_done(execution_id: str) -> None:
     _preflight_if_settled(execution_id, filled=False)
 
 
-def _preflight_if_settled(execution_id: str, *, filled: bool, look_first: bool = True) -> None:
+def _preflight_if_settled(
+    execution_id: str,
+    *,
+    filled: bool,
+    look_first: bool = True,
+    known: tuple[str, dict[str, Any]] | None = None,
+) -> None:
     """Preflight again once no lookup of the execution is pending: the group is done. `filled`: this task
     recorded its lookup's result just now (a redelivered copy finds it recorded already)."""
     # Without the lock first: all but the last of a group stop here, instead of queueing on the row lock.
@@ -257,7 +274,7 @@ def _preflight_if_settled(execution_id: str, *, filled: bool, look_first: bool =
     # again under the lock anyway: it goes straight there (one round trip less between two levels).
     if look_first and services.lookups_pending(execution_id):
         return
-    services.lookups_settled(execution_id=execution_id, filled=filled)
+    services.lookups_settled(execution_id=execution_id, filled=filled, known=known)
 
 
 @shared_task(acks_late=True, ignore_result=True)

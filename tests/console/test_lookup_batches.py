@@ -341,3 +341,21 @@ def test_a_groups_only_task_settles_under_the_lock_without_looking_first(
 
     assert looks == ([] if whole_frontier else [execution_id])
     assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
+
+
+@pytest.mark.django_db
+def test_a_batch_hands_the_settle_the_executions_principal_and_request_it_read_with_its_lookups(
+    downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, Ledgers())
+    handed: list[Any] = []
+    settle = services.lookups_settled
+    monkeypatch.setattr(
+        services, "lookups_settled", lambda **kwargs: handed.append(kwargs["known"]) or settle(**kwargs)
+    )
+
+    tasks.measure_batch(execution_id, keys, True)
+
+    execution = models.Execution.objects.get(pk=execution_id)
+    assert handed == [(execution.principal, execution.request)]
+    assert execution.verdict == "execute"

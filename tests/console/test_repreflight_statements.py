@@ -5,9 +5,12 @@ the final verdict (bench/lookups.py). The count is pinned so that a new statemen
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from console_helpers import Agent, said
 from django.db import connection
@@ -149,3 +152,56 @@ def test_a_group_is_pending_until_its_last_lookup_is_filled_and_settles_once(
     assert [s is not None for s in settled] == [True] + [False] * (N - 1)
     assert models.PreflightRecord.objects.filter(execution_id=execution_id).count() == 2
     assert services.lookups_pending(execution_id)  # the next group, dispatched by the first settle
+
+
+def round_trips_of_settling(
+    execution_id: str, verdict: str, monkeypatch: pytest.MonkeyPatch, known: Any
+) -> list[list[str]]:
+    """The settle's statements, grouped by the round trip that sent them (a pipeline is one)."""
+    fill_lookups(execution_id)
+    trips: list[list[str]] = []
+    in_pipeline = False
+    real = psycopg.Connection.pipeline
+
+    @contextmanager
+    def pipeline(self: psycopg.Connection[Any]) -> Iterator[Any]:
+        nonlocal in_pipeline
+        trips.append([])
+        in_pipeline = True
+        try:
+            with real(self) as p:
+                yield p
+        finally:
+            in_pipeline = False
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if not in_pipeline:
+            trips.append([])
+        trips[-1].append(shape(sql))
+        return execute(sql, params, many, context)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", pipeline)
+    with connection.execute_wrapper(record):
+        stored = services.lookups_settled(execution_id=execution_id, filled=True, known=known)
+    assert stored is not None
+    assert stored.verdict == verdict
+    return trips
+
+
+def test_a_settle_given_the_executions_request_reads_what_its_preflight_needs_with_the_lock(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
+    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
+    response = agent.post("/api/v1/executions", sweep_request())
+    execution = models.Execution.objects.get(pk=response.json()["id"])
+    known = (execution.principal, execution.request)
+
+    trips = round_trips_of_settling(str(execution.pk), "measure", monkeypatch, known)
+
+    assert trips == [
+        [*BEFORE[1:], *READS],
+        WRITES,
+        ["INSERT observation", *AUDIT[:2]],
+        ["INSERT auditevent"],
+    ]
