@@ -94,7 +94,8 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def _pipelines() -> bool:
+def pipelines() -> bool:
+    """Whether the connection can pipeline (psycopg binding parameters on the server): see `raw_reads`."""
     return bool(connection.settings_dict["OPTIONS"].get("server_side_binding"))
 
 
@@ -110,7 +111,7 @@ def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
         queue.clear()
     if not reads and not writes:
         return []
-    if not _pipelines():
+    if not pipelines():
         return [raw_rows(sql, params) for sql, params in reads]
     statements = [(w.sql, w.params) for w in writes] + list(reads)
     connection.ensure_connection()
@@ -154,7 +155,7 @@ def batched_writes() -> Iterator[None]:
     Nothing but these helpers and `raw_rows`/`raw_reads` may touch the database inside the block: an ORM
     query would run before the writes still waiting. An error of a waiting write is raised by the statement
     it went with. Where the connection cannot pipeline (SQLite, client-side binding), writes go at once."""
-    if getattr(_writes, "queue", None) is not None or not _pipelines():
+    if getattr(_writes, "queue", None) is not None or not pipelines():
         yield  # the outer block sends them
         return
     _writes.queue = []

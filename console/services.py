@@ -854,9 +854,22 @@ def observations_fill(*, results: Sequence[LookupResult]) -> int:
     caller's transaction it is part of that one."""
     if not results:
         return 0
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # Plain SQL, built once: the ORM spent more CPU building an UPDATE than PostgreSQL running it.
+            cursor.execute(_fill_sql(), _fill_params(results))
+            return cursor.rowcount
+        filled = 0
+        for pk, *values in _fill_rows(results):
+            cursor.execute(_fill_one_sql(), [*values, pk])
+            filled += cursor.rowcount
+        return filled
+
+
+def _fill_rows(results: Sequence[LookupResult]) -> list[tuple[Any, Any, str | None, Any]]:
     meta = models.Observation._meta
     value, observed_at = meta.get_field("value"), meta.get_field("observed_at")
-    rows = [
+    return [
         (
             r.observation_id,
             value.get_db_prep_save(None if r.error else r.value, connection),
@@ -865,16 +878,15 @@ def observations_fill(*, results: Sequence[LookupResult]) -> int:
         )
         for r in results
     ]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # Plain SQL, built once: the ORM spent more CPU building an UPDATE than PostgreSQL running it.
-            cursor.execute(_fill_sql(), [list(column) for column in zip(*rows, strict=True)])
-            return cursor.rowcount
-        filled = 0
-        for pk, *values in rows:
-            cursor.execute(_fill_one_sql(), [*values, pk])
-            filled += cursor.rowcount
-        return filled
+
+
+def _fill_params(results: Sequence[LookupResult]) -> list[list[Any]]:
+    return [list(column) for column in zip(*_fill_rows(results), strict=True)]
+
+
+def _fill_read(results: Sequence[LookupResult]) -> records.Read:
+    """`observations_fill` as a read: the ids it filled (PostgreSQL)."""
+    return _fill_sql() + " RETURNING o.id", _fill_params(results)
 
 
 @records.per_vendor
@@ -896,29 +908,34 @@ def _fill_one_sql() -> str:
     )
 
 
+_Rows = list[tuple[Any, ...]]
+
+
 def _lock_execution_row(
-    execution_id: Any, also: Sequence[records.Read] = ()
-) -> tuple[models.Execution | None, bool, bool, list[list[tuple[Any, ...]]]]:
-    """The execution, locked as `_lock_execution` locks it, and, read once the lock is held, whether any of
-    its lookups is pending, whether it has run and what the reads `also` return: in one round trip, in plain
-    SQL built once (the ORM spent ~1 ms of CPU building the locked read), on the path between two levels of
-    lookups. Without its contract: a preflight sets the contract it chose."""
+    execution_id: Any, *, then: Sequence[records.Read] = (), also: Sequence[records.Read] = ()
+) -> tuple[models.Execution | None, bool, bool, list[_Rows], list[_Rows]]:
+    """The execution, locked as `_lock_execution` locks it; then, once the lock is held, the statements `then`
+    (a fill), whether any of its lookups is pending, whether it has run and what the reads `also` return; all
+    in one round trip, in plain SQL built once (the ORM spent ~1 ms of CPU building the locked read), on the
+    path between two levels of lookups. Without its contract: a preflight sets the contract it chose."""
     sql, names, converters = _lock_row_sql()
     try:
         pk = _execution_pk(execution_id)
     except (ValidationError, ValueError):
-        return None, False, False, []
-    rows, pending, ran, *read = records.raw_reads(
-        (sql, [pk]), (_pending_sql(), [pk]), (_has_run_sql(), [pk]), *also
+        return None, False, False, [], []
+    rows, *answers = records.raw_reads(
+        (sql, [pk]), *then, (_pending_sql(), [pk]), (_has_run_sql(), [pk]), *also
     )
+    n = len(then)
+    done, (pending, ran), read = answers[:n], answers[n : n + 2], answers[n + 2 :]
     if not rows:
-        return None, False, False, []
+        return None, False, False, done, []
     values = []
     for value, (col, convert) in zip(rows[0], converters, strict=True):
         for fn in convert:
             value = fn(value, col, connection)
         values.append(value)
-    return models.Execution.from_db(connection.alias, names, values), bool(pending), bool(ran), read
+    return models.Execution.from_db(connection.alias, names, values), bool(pending), bool(ran), done, read
 
 
 @records.per_vendor
@@ -955,20 +972,26 @@ def _pending_sql() -> str:
 
 @transaction.atomic
 def lookups_settled(
-    *, execution_id: Any, filled: bool, known: tuple[str, Mapping[str, Any]] | None = None
+    *,
+    execution_id: Any,
+    filled: bool = False,
+    results: Sequence[LookupResult] = (),
+    known: tuple[str, Mapping[str, Any]] | None = None,
 ) -> models.PreflightRecord | None:
-    """A lookup task found none of the execution's lookups pending: preflight again, under the row lock, if
-    the latest record waits on lookups. `filled`: that task recorded its result just now (a redelivered copy
-    finds it recorded). Returns the new record, if one was made.
+    """A lookup task is done: record its last `results`, and preflight again if none of the execution's
+    lookups is pending any more and the latest record waits on lookups. `filled`: the task recorded results
+    before these (a redelivered copy finds them recorded). Returns the new record, if one was made.
 
-    Callers look first without the lock (`lookups_pending`, after their own fill has committed) and call this
-    only when none is pending, so the tasks of a group that are not the last do not queue on the row lock.
-    That skips no settle, under READ COMMITTED: each fill commits before its task looks, and each look sees
-    every fill committed before it began, so the task whose fill commits last looks after every fill of the
-    group has committed and sees none pending (lookups are only added by a preflight under the row lock,
-    which commits them before the lock is let go). Several tasks may see none pending and all get here; the
-    lock orders them, and the look again under it turns the others away once the first has dispatched the next
-    group or recorded `execute`.
+    The results are recorded and the pending lookups read under the execution's row lock, in one
+    transaction, by every task of a group. So the looks are one after another, each after the commit of the
+    one before, and the task that locks last sees every fill of the group (a fill a task made earlier, on its
+    own, committed before its own look): none is skipped under READ COMMITTED, and lookups are only added by
+    a preflight under that lock. The locks before the last find a lookup pending and stop; one that comes
+    after the last finds the next group pending, or the record no longer `measure`, and changes nothing.
+    (Each task used to fill on its own and look without the lock first, one round trip and one commit more
+    between two levels; a fill under the lock in one task and a look without it in another could each miss
+    the other's, so every task takes the lock.) On SQLite, which has one writer at a time, the results are
+    recorded first, in the same transaction.
 
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
     `execute` would mint a new grant and void the one the agent holds.
@@ -976,15 +999,18 @@ def lookups_settled(
     `known`: the execution's principal and request as the caller read them earlier (neither ever changes), so
     that what the preflight reads goes with the lock, in its round trip (one round trip less between two
     levels of lookups)."""
-    # Locked once, all of it (for the preflight): all but the last of a group stopped before the lock. The
-    # pending lookups are read after the lock is held: that read sees every group a settle before this one
-    # dispatched.
+    then: list[records.Read] = []
+    if results and records.pipelines():
+        then = [_fill_read(results)]
+    elif results:
+        filled = observations_fill(results=results) > 0 or filled
     reads = _preflight_reads(execution_id, *known) if known is not None else []
-    execution, pending, ran, read = _lock_execution_row(execution_id, also=reads)
+    execution, pending, ran, done, read = _lock_execution_row(execution_id, then=then, also=reads)
+    filled = filled or any(done)
     if execution is None:
         return None
     if pending:
-        return None  # a newer group was dispatched meanwhile: its last lookup preflights
+        return None  # another task of the group is still to record, or a newer group was dispatched
     if execution.verdict != "measure" and not (filled and _may_wait_on_lookups(execution)):
         return None
     if ran:

@@ -82,14 +82,14 @@ def _lookup_tasks(execution_id: str, keys: Sequence[str]) -> list[Any]:
     worker's one GIL: one task per lookup kept a frontier of 10 waiting ~25 ms longer, per level, for CPU
     alone (bench/lookups.py). Large frontiers still spread over several tasks, and so over workers."""
     per = settings.PREFLIGHT_LOOKUPS_PER_TASK
-    batches = [list(keys[at : at + per]) for at in range(0, len(keys), per)]
-    whole = len(batches) == 1  # the group's one task: no other task of it will look or settle
     tasks = []
-    for batch in batches:
-        args = (execution_id, batch[0] if len(batch) == 1 else batch, whole)
-        task = measure_run if len(batch) == 1 else measure_batch
+    for at in range(0, len(keys), per):
+        batch = list(keys[at : at + per])
         # argsrepr: what Celery would write (the args are short strings) without its generic saferepr.
-        tasks.append(task.si(*args).set(argsrepr=repr(args)))
+        if len(batch) == 1:
+            tasks.append(measure_run.si(execution_id, batch[0]).set(argsrepr=repr((execution_id, batch[0]))))
+        else:
+            tasks.append(measure_batch.si(execution_id, batch).set(argsrepr=repr((execution_id, batch))))
     return tasks
 
 
@@ -113,24 +113,23 @@ def schedule_trigger(execution_id: str, at: datetime) -> None:
 @shared_task(
     acks_late=True, ignore_result=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S
 )
-def measure_run(execution_id: str, key: str, whole_frontier: bool = False) -> None:
-    """One lookup of a frontier (`whole_frontier`: the only one)."""
-    _run_lookups(execution_id, [key], whole_frontier=whole_frontier)
+def measure_run(execution_id: str, key: str) -> None:
+    """One lookup of a frontier."""
+    _run_lookups(execution_id, [key])
 
 
 @shared_task(
     acks_late=True, ignore_result=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S
 )
-def measure_batch(execution_id: str, keys: list[str], whole_frontier: bool = False) -> None:
-    """Several lookups of a frontier, run at the same time (see `_lookup_tasks`; `whole_frontier`: all of
-    them)."""
-    _run_lookups(execution_id, keys, whole_frontier=whole_frontier)
+def measure_batch(execution_id: str, keys: list[str]) -> None:
+    """Several lookups of a frontier, run at the same time (see `_lookup_tasks`)."""
+    _run_lookups(execution_id, keys)
 
 
-def _run_lookups(execution_id: str, keys: Sequence[str], *, whole_frontier: bool = False) -> None:
-    """Run the pending lookups of these keys and record their results as they come, then preflight again if
-    none of the execution's is pending any more. A key found done already is a redelivered copy's: that
-    lookup is not run again (a copy may still owe the preflight, though)."""
+def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
+    """Run the pending lookups of these keys and record their results as they come, the last of them with
+    the settle, which preflights again if none of the execution's is pending any more. A key found done
+    already is a redelivered copy's: that lookup is not run again (a copy may still owe the preflight)."""
     lookups, known = _pending_lookups(execution_id, keys)
     # All started first (each waits on its measure in a thread of its own), then collected: results are
     # recorded from this thread, whose database connection is kept across tasks, and all that came in
@@ -138,6 +137,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str], *, whole_frontier: bool
     # last waiting ~1 ms per lookup before it (bench/lookups.py).
     running = [(lookup, _start(lookup)) for lookup in lookups]
     filled = 0
+    last: list[tuple[_Lookup, tuple[Any, str | None, datetime]]] = []
     try:
         while running:
             running[0][1].wait()
@@ -153,21 +153,25 @@ def _run_lookups(execution_id: str, keys: Sequence[str], *, whole_frontier: bool
             for item in running:
                 (done if item[1].wait(0) else waiting).append(item)
             running = waiting
-            filled += _fill([(lookup, _observed(lookup, started)) for lookup, started in done])
+            results = [(lookup, _observed(lookup, started)) for lookup, started in done]
+            if running:
+                filled += services.observations_fill(results=_results(results))
+            else:
+                last = results  # recorded by the settle, in its round trip under the row lock
     except SoftTimeLimitExceeded:
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
-        filled += _fill([(lookup, (None, error, timezone.now())) for lookup, _ in running])
-    _preflight_if_settled(execution_id, filled=filled > 0, look_first=not whole_frontier, known=known)
-
-
-def _fill(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> int:
-    return services.observations_fill(
-        results=[
-            services.LookupResult(lookup.observation_id, value, error, observed_at)
-            for lookup, (value, error, observed_at) in results
-        ]
+        last = [(lookup, (None, error, timezone.now())) for lookup, _ in running]
+    services.lookups_settled(
+        execution_id=execution_id, filled=filled > 0, results=_results(last), known=known
     )
+
+
+def _results(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> list[services.LookupResult]:
+    return [
+        services.LookupResult(lookup.observation_id, value, error, observed_at)
+        for lookup, (value, error, observed_at) in results
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,25 +260,7 @@ def _observed(lookup: _Lookup, started: connectors.StartedMeasure) -> tuple[Any,
 @shared_task(acks_late=True, ignore_result=True)
 def lookups_done(execution_id: str) -> None:
     """A group's callback, from when groups were chords: kept for messages queued before that changed."""
-    _preflight_if_settled(execution_id, filled=False)
-
-
-def _preflight_if_settled(
-    execution_id: str,
-    *,
-    filled: bool,
-    look_first: bool = True,
-    known: tuple[str, dict[str, Any]] | None = None,
-) -> None:
-    """Preflight again once no lookup of the execution is pending: the group is done. `filled`: this task
-    recorded its lookup's result just now (a redelivered copy finds it recorded already)."""
-    # Without the lock first: all but the last of a group stop here, instead of queueing on the row lock.
-    # Each task looks after committing its own row, so the last to commit sees none pending (the argument is
-    # in `services.lookups_settled`). A group's only task has nobody to queue behind, and the settle looks
-    # again under the lock anyway: it goes straight there (one round trip less between two levels).
-    if look_first and services.lookups_pending(execution_id):
-        return
-    services.lookups_settled(execution_id=execution_id, filled=filled, known=known)
+    services.lookups_settled(execution_id=execution_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)

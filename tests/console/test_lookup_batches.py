@@ -117,21 +117,34 @@ def test_a_batch_task_runs_its_lookups_at_the_same_time_and_records_each_once(
     assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
 
 
-def fills_of(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many results each `observations_fill` call of the test recorded, in order."""
-    fills: list[int] = []
-    fill = services.observations_fill
+def fills_of(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """How many results each statement that records them recorded, in order: ("fill", n) on their own,
+    ("settle", n) with the settle, under the row lock."""
+    fills: list[tuple[str, int]] = []
+    fill, settle = services.observations_fill, services.lookups_settled
+    settling = False
 
     def counted(*, results: Any) -> int:
-        fills.append(len(results))
+        if not settling:  # on SQLite the settle records its results with this, in its transaction
+            fills.append(("fill", len(results)))
         return fill(results=results)
 
+    def settled(**kwargs: Any) -> Any:
+        nonlocal settling
+        fills.append(("settle", len(kwargs.get("results", ()))))
+        settling = True
+        try:
+            return settle(**kwargs)
+        finally:
+            settling = False
+
     monkeypatch.setattr(services, "observations_fill", counted)
+    monkeypatch.setattr(services, "lookups_settled", settled)
     return fills
 
 
 @pytest.mark.django_db
-def test_answers_that_come_close_together_are_recorded_in_one_statement(
+def test_answers_that_come_close_together_are_recorded_in_one_statement_with_the_settle(
     downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The second and third answer ~1 and ~2 ms after the first: inside the moment the batch gives them.
@@ -141,7 +154,7 @@ def test_answers_that_come_close_together_are_recorded_in_one_statement(
 
     tasks.measure_batch(execution_id, keys)
 
-    assert fills == [N]
+    assert fills == [("settle", N)]
     assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
 
 
@@ -152,7 +165,7 @@ def test_an_answer_that_comes_much_later_is_recorded_on_its_own_and_the_others_d
     ledgers = Ledgers(delays={0: 0.0, 1: 0.0, 2: DELAY_S})
     execution_id, keys = undispatched_survey(quick_agent, monkeypatch, ledgers)
     fills = fills_of(monkeypatch)
-    recorded_early: list[list[int]] = []
+    recorded_early: list[list[tuple[str, int]]] = []
     slow = ledgers.__call__
 
     def watching(account: str, n: int) -> int:
@@ -165,8 +178,8 @@ def test_an_answer_that_comes_much_later_is_recorded_on_its_own_and_the_others_d
 
     tasks.measure_batch(execution_id, keys)
 
-    assert fills == [2, 1]
-    assert recorded_early == [[2]]
+    assert fills == [("fill", 2), ("settle", 1)]
+    assert recorded_early == [[("fill", 2)]]
     assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
 
 
@@ -254,15 +267,11 @@ def test_lookups_still_running_at_the_tasks_soft_time_limit_are_recorded_as_time
 @pytest.mark.parametrize(
     ("per_task", "keys", "expected"),
     [
-        (2, ["a", "b", "c"], [("measure_batch", ["a", "b"], False), ("measure_run", "c", False)]),
-        (
-            2,
-            ["a", "b", "c", "d"],
-            [("measure_batch", ["a", "b"], False), ("measure_batch", ["c", "d"], False)],
-        ),
-        (3, ["a", "b", "c"], [("measure_batch", ["a", "b", "c"], True)]),
-        (10, ["a"], [("measure_run", "a", True)]),
-        (1, ["a", "b"], [("measure_run", "a", False), ("measure_run", "b", False)]),
+        (2, ["a", "b", "c"], [("measure_batch", ["a", "b"]), ("measure_run", "c")]),
+        (2, ["a", "b", "c", "d"], [("measure_batch", ["a", "b"]), ("measure_batch", ["c", "d"])]),
+        (3, ["a", "b", "c"], [("measure_batch", ["a", "b", "c"])]),
+        (10, ["a"], [("measure_run", "a")]),
+        (1, ["a", "b"], [("measure_run", "a"), ("measure_run", "b")]),
     ],
 )
 def test_a_frontier_is_split_into_tasks_of_up_to_the_configured_size_covering_each_key_once_in_order(
@@ -272,8 +281,7 @@ def test_a_frontier_is_split_into_tasks_of_up_to_the_configured_size_covering_ea
 
     signatures = tasks._lookup_tasks("e-1", keys)
 
-    # (task, its keys, whether it is the group's only task)
-    assert [(sig.task.rsplit(".", 1)[-1], sig.args[1], sig.args[2]) for sig in signatures] == expected
+    assert [(sig.task.rsplit(".", 1)[-1], sig.args[1]) for sig in signatures] == expected
     assert {sig.args[0] for sig in signatures} == {"e-1"}
     # Immutable: a group's task must not receive another task's result as an argument.
     assert all(sig.immutable for sig in signatures)
@@ -325,22 +333,22 @@ def test_observations_fill_fills_only_pending_rows_counts_them_and_stores_an_err
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("whole_frontier", [True, False])
-def test_a_groups_only_task_settles_under_the_lock_without_looking_first(
-    downstream: Downstream,
-    quick_agent: Agent,
-    monkeypatch: pytest.MonkeyPatch,
-    whole_frontier: bool,
+def test_each_task_of_a_group_records_its_last_results_under_the_lock_and_only_the_last_preflights(
+    downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     execution_id, keys = undispatched_survey(quick_agent, monkeypatch, Ledgers())
-    looks: list[str] = []
-    look = services.lookups_pending
-    monkeypatch.setattr(services, "lookups_pending", lambda eid: looks.append(eid) or look(eid))
+    records = models.PreflightRecord.objects.filter(execution_id=execution_id)
 
-    tasks.measure_batch(execution_id, keys, whole_frontier)
+    tasks.measure_batch(execution_id, keys[:2])  # the group's first task: one of the three is still pending
 
-    assert looks == ([] if whole_frontier else [execution_id])
+    assert [n for n, value, _, _ in observed(execution_id) if value is not None] == [0, 1]
+    assert models.Execution.objects.get(pk=execution_id).verdict == "measure"
+    assert records.count() == 1
+
+    tasks.measure_run(execution_id, keys[2])  # its last
+
     assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
+    assert records.count() == 2
 
 
 @pytest.mark.django_db
@@ -354,7 +362,7 @@ def test_a_batch_hands_the_settle_the_executions_principal_and_request_it_read_w
         services, "lookups_settled", lambda **kwargs: handed.append(kwargs["known"]) or settle(**kwargs)
     )
 
-    tasks.measure_batch(execution_id, keys, True)
+    tasks.measure_batch(execution_id, keys)
 
     execution = models.Execution.objects.get(pk=execution_id)
     assert handed == [(execution.principal, execution.request)]

@@ -81,15 +81,20 @@ def sweep_request() -> dict[str, Any]:
     return said("bank", "sweep", text, {"customer": "C-1001", "amount": 10}, action="Sweep")
 
 
-def fill_lookups(execution_id: str) -> None:
-    """What the group's lookup tasks record, without running them."""
+def lookup_results(execution_id: str) -> list[services.LookupResult]:
+    """What the group's lookup tasks would find, without running them."""
     pending = models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True)
-    results = [
+    return [
         services.LookupResult(
             o.pk, f"DE{o.args['n']:020d}" if o.lookup == "sweep.account" else 1000, None, datetime.now(UTC)
         )
         for o in pending
     ]
+
+
+def fill_lookups(execution_id: str) -> None:
+    """What the group's lookup tasks record, without running them."""
+    results = lookup_results(execution_id)
     assert services.observations_fill(results=results) == len(results)
 
 
@@ -157,8 +162,9 @@ def test_a_group_is_pending_until_its_last_lookup_is_filled_and_settles_once(
 def round_trips_of_settling(
     execution_id: str, verdict: str, monkeypatch: pytest.MonkeyPatch, known: Any
 ) -> list[list[str]]:
-    """The settle's statements, grouped by the round trip that sent them (a pipeline is one)."""
-    fill_lookups(execution_id)
+    """The settle's statements, grouped by the round trip that sent them (a pipeline is one), given the
+    group's results to record."""
+    results = lookup_results(execution_id)
     trips: list[list[str]] = []
     in_pipeline = False
     real = psycopg.Connection.pipeline
@@ -182,13 +188,13 @@ def round_trips_of_settling(
 
     monkeypatch.setattr(psycopg.Connection, "pipeline", pipeline)
     with connection.execute_wrapper(record):
-        stored = services.lookups_settled(execution_id=execution_id, filled=True, known=known)
+        stored = services.lookups_settled(execution_id=execution_id, results=results, known=known)
     assert stored is not None
     assert stored.verdict == verdict
     return trips
 
 
-def test_a_settle_given_the_executions_request_reads_what_its_preflight_needs_with_the_lock(
+def test_a_settle_records_the_results_and_reads_what_its_preflight_needs_with_the_lock(
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
@@ -200,7 +206,7 @@ def test_a_settle_given_the_executions_request_reads_what_its_preflight_needs_wi
     trips = round_trips_of_settling(str(execution.pk), "measure", monkeypatch, known)
 
     assert trips == [
-        [*BEFORE[1:], *READS],
+        [BEFORE[1], "UPDATE observation", *BEFORE[2:], *READS],
         WRITES,
         ["INSERT observation", *AUDIT[:2]],
         ["INSERT auditevent"],
