@@ -149,8 +149,9 @@ def batched_writes() -> Iterator[None]:
     """Inside this block, `insert_rows`, `update_row` and `insert_pending_lookups` wait for the next statement
     whose answer is needed (a read, an INSERT whose ids are needed), and go to PostgreSQL with it in one round
     trip, in the order they were made; what still waits at the end goes then. Storing a preflight took seven
-    round trips before its COMMIT and takes three with this: its execution row with its record; its gap rows
-    and the next lookups or the grant with the audit chain's lock and head; the audit events.
+    round trips before its COMMIT and takes two with this: its execution row, its record (whose id was taken
+    ahead, `next_id`), its gap rows and the next lookups or the grant with the audit chain's lock and head;
+    then the audit events.
 
     Nothing but these helpers and `raw_rows`/`raw_reads` may touch the database inside the block: an ORM
     query would run before the writes still waiting. An error of a waiting write is raised by the statement
@@ -238,7 +239,35 @@ def datetime_value(raw: Any) -> datetime | None:
     return raw
 
 
-_inserts: dict[tuple[type[Any], int, str, bool], tuple[str, list[Any], Any]] = {}
+_next_ids: dict[tuple[type[Any], str], str] = {}
+
+
+def next_id_read(model: type[Any]) -> Read | None:
+    """The read that takes the next value of a model's id sequence, where ids can be taken ahead (PostgreSQL
+    pipelining): made with the other reads of a preflight, it lets the record's INSERT, which then needs no
+    RETURNING, wait and go with its gap rows, lookups or grant and the audit chain's head (`batched_writes`):
+    one round trip less per stored preflight. None elsewhere: the INSERT returns the id."""
+    connection = _db()
+    if connection.vendor != "postgresql" or not pipelines():
+        return None
+    key = (model, connection.vendor)
+    sql = _next_ids.get(key)
+    if sql is None:
+        meta = model._meta
+        sql = _next_ids[key] = (
+            f"SELECT nextval(pg_get_serial_sequence('{meta.db_table}', '{meta.pk.column}'))"
+        )
+    return sql, ()
+
+
+def next_id(model: type[Any]) -> Any | None:
+    """A new id for a row of this model, taken from its sequence (see `next_id_read`); None where the INSERT
+    returns it instead."""
+    read = next_id_read(model)
+    return raw_rows(*read)[0][0] if read is not None else None
+
+
+_inserts: dict[tuple[type[Any], int, str, bool, bool], tuple[str, list[Any], Any]] = {}
 
 
 def insert_rows(objs: Sequence[Any], *, ids: bool = True) -> None:
@@ -252,16 +281,19 @@ def insert_rows(objs: Sequence[Any], *, ids: bool = True) -> None:
     (it keeps no parse of a statement with more than 50 parameters: a frontier of 10 lookups is 110).
 
     `ids=False`: rows whose auto primary key nobody reads again (left None), which inside `batched_writes`
-    can wait for the next round trip; the others' INSERT goes at once, as their ids are needed."""
+    can wait for the next round trip; the others' INSERT goes at once, as their ids are needed, unless every
+    row has its id already (`next_id`)."""
     connection = _db()
     model = type(objs[0])
     unnest = connection.vendor == "postgresql" and len(objs) > 1
-    key = (model, 0 if unnest else len(objs), connection.vendor, ids)
+    given = all(obj.pk is not None for obj in objs)
+    key = (model, 0 if unnest else len(objs), connection.vendor, ids, given)
     built = _inserts.get(key)
     if built is None:
         meta = model._meta
-        auto_pk = meta.pk if ids and meta.pk.get_internal_type().endswith("AutoField") else None
-        no_pk = meta.pk if meta.pk.get_internal_type().endswith("AutoField") else None
+        serial = meta.pk.get_internal_type().endswith("AutoField")
+        no_pk = meta.pk if serial and not given else None  # the database numbers the rows
+        auto_pk = no_pk if ids else None  # ... and says which
         fields = [f for f in meta.concrete_fields if f is not no_pk]
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         if unnest:

@@ -533,7 +533,7 @@ def _preflight_and_record(
         record, row = _preflight(execution, fresh=fresh, rows=rows)
         if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
             record, row = _preflight(execution, fresh=False)
-    return _store_record(execution, record, row, trigger=trigger, audit=audit)
+        return _store_record(execution, record, row, trigger=trigger, audit=audit)
 
 
 def _preflight_reads(
@@ -550,6 +550,9 @@ def _preflight_reads(
     reads = [records.rules_read(), *_presets_reads(principal, request)]
     if rows is None:
         reads.insert(0, _contract_read(request))
+    next_id = records.next_id_read(models.PreflightRecord)  # the record's id, taken ahead
+    if next_id is not None:
+        reads.append(next_id)
     if not fresh:
         execution = models.Execution(pk=execution_id)
         reads += [records.evidence_read(execution), _lookup_counts_read(execution)]
@@ -595,6 +598,7 @@ def _store_record(
         # Without the ORM's per-call SQL building; Execution.save() adds nothing else to an UPDATE.
         records.update_row(execution, _RECORD_FIELDS)
     stored = models.PreflightRecord(
+        id=records.next_id(models.PreflightRecord),  # taken ahead, the INSERT can wait (`batched_writes`)
         execution=execution,
         seq=seq,
         contract=contract,
@@ -718,9 +722,7 @@ def execution_create(
         raise _refuse_principal(request.principal)
     check_pointers(body)
     # One round trip for the contract, the rules and the presets the preflight reads.
-    with records.prefetched(
-        _contract_read(body), records.rules_read(), *_presets_reads(request.principal, body)
-    ):
+    with records.prefetched(*_preflight_reads(None, request.principal, body, fresh=True)):
         rows = _contract_rows(body)  # an unknown tool records nothing
         # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
         execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")

@@ -371,3 +371,20 @@ def test_without_pipelining_batched_writes_go_at_once(
     with records.batched_writes():
         records.insert_rows(varied_rows(execution, 0, 2), ids=False)
         assert models.Observation.objects.filter(execution=execution).count() == 2
+
+
+@on_postgresql
+def test_rows_whose_ids_were_taken_ahead_wait_and_keep_those_ids(
+    execution: models.Execution, pipelines: list[Any]
+) -> None:
+    rows = varied_rows(execution, 0, 2)
+    for row in rows:
+        row.pk = records.next_id(models.Observation)
+    ids = [row.pk for row in rows]
+    with records.batched_writes():
+        records.insert_rows(rows)
+        assert not models.Observation.objects.filter(execution=execution).exists()  # waiting
+        assert pipelines == []
+
+    assert [o.pk for o in models.Observation.objects.filter(execution=execution).order_by("id")] == ids
+    assert records.next_id(models.Observation) > max(ids)  # the sequence moved past them
