@@ -14,7 +14,8 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,21 +56,16 @@ class MeasureEndpoint:
         self.body = raw if raw is not None else json.dumps(body).encode()
 
 
-@pytest.fixture(scope="module")
-def measure_server() -> Iterator[MeasureEndpoint]:
-    endpoint = MeasureEndpoint(url="")
+@contextmanager
+def json_server(answer: Callable[[str, dict[str, Any]], tuple[int, bytes]]) -> Iterator[int]:
+    """A local HTTP server that answers each POST with `answer(path, its JSON body)` -> (status, body);
+    yields its port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
-            request = json.loads(self.rfile.read(length))
-            endpoint.requests.append(request)
-            time.sleep(endpoint.delay_s)
-            body = endpoint.body
-            if endpoint.echo_args:
-                body = json.dumps({"value": request["args"], "observed_at": datetime.now(UTC).isoformat()})
-                body = body.encode()
-            self.send_response(endpoint.status)
+            status, body = answer(self.path, json.loads(self.rfile.read(length)))
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -80,12 +76,29 @@ def measure_server() -> Iterator[MeasureEndpoint]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    endpoint.url = f"http://127.0.0.1:{server.server_address[1]}/measure"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield endpoint
-    server.shutdown()
-    server.server_close()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def measure_server() -> Iterator[MeasureEndpoint]:
+    endpoint = MeasureEndpoint(url="")
+
+    def answer(path: str, request: dict[str, Any]) -> tuple[int, bytes]:
+        endpoint.requests.append(request)
+        time.sleep(endpoint.delay_s)
+        if endpoint.echo_args:
+            value = {"value": request["args"], "observed_at": datetime.now(UTC).isoformat()}
+            return endpoint.status, json.dumps(value).encode()
+        return endpoint.status, endpoint.body
+
+    with json_server(answer) as port:
+        endpoint.url = f"http://127.0.0.1:{port}/measure"
+        yield endpoint
 
 
 @pytest.fixture
@@ -589,36 +602,22 @@ class FakeProxy:
 def fake_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProxy]:
     """An HTTP proxy (it answers every request itself) named by http_proxy for this test only."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            proxy.requests.append((self.path, json.loads(self.rfile.read(length))))
-            body = json.dumps(fresh_answer("via proxy")).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str, request: dict[str, Any]) -> tuple[int, bytes]:
+        proxy.requests.append((path, request))
+        return 200, json.dumps(fresh_answer("via proxy")).encode()
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    proxy = FakeProxy(port=server.server_address[1])
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    for name in ("http_proxy", "HTTP_PROXY"):
-        monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
-    for name in ("no_proxy", "NO_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    # Proxy settings are read once per process: forget them now, and again once the environment is back.
-    connectors._proxies.cache_clear()
-    connectors._opener.cache_clear()
-    yield proxy
-    connectors._proxies.cache_clear()
-    connectors._opener.cache_clear()
-    server.shutdown()
-    server.server_close()
+    with json_server(answer) as port:
+        proxy = FakeProxy(port=port)
+        for name in ("http_proxy", "HTTP_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+        for name in ("no_proxy", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        # Proxy settings are read once per process: forget them now, and again once the environment is back.
+        connectors._proxies.cache_clear()
+        connectors._opener.cache_clear()
+        yield proxy
+        connectors._proxies.cache_clear()
+        connectors._opener.cache_clear()
 
 
 def test_http_measure_goes_through_the_proxy_the_environment_names(fake_proxy: FakeProxy) -> None:

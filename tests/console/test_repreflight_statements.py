@@ -83,6 +83,17 @@ def shape(sql: str) -> str:
     return f"{sql.split()[0].upper()} {table.group(1) if table else ''}".strip()
 
 
+def posted_sweep(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An execution of the sweep, its first group of lookups pending; the groups' tasks do not run (the tests
+    record their results themselves, then settle as the last task would). Its id."""
+    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
+    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
+    response = agent.post("/api/v1/executions", sweep_request())
+    assert response.status_code == 201
+    assert response.json()["verdict"] == "measure"
+    return str(response.json()["id"])
+
+
 def sweep_request() -> dict[str, Any]:
     text = "Sweep 10 EUR from every account of customer C-1001 now."
     return said("bank", "sweep", text, {"customer": "C-1001", "amount": 10}, action="Sweep")
@@ -117,13 +128,7 @@ def statements_of_settling(execution_id: str, verdict: str) -> list[str]:
 def test_a_re_preflight_after_a_lookup_group_takes_seventeen_statements_whether_it_measures_or_grants(
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The groups' tasks do not run: the test records their results itself, then settles as the last one would.
-    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
-    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
-    response = agent.post("/api/v1/executions", sweep_request())
-    assert response.status_code == 201
-    assert response.json()["verdict"] == "measure"
-    execution_id = response.json()["id"]
+    execution_id = posted_sweep(agent, monkeypatch)
 
     assert statements_of_settling(execution_id, "measure") == EXPECTED_MEASURE
     assert statements_of_settling(execution_id, "execute") == EXPECTED_EXECUTE
@@ -142,10 +147,7 @@ def test_a_group_is_pending_until_its_last_lookup_is_filled_and_settles_once(
 ) -> None:
     # Every task of a group that finishes together may see none pending (the unlocked look) and settle: the
     # first preflights again, the others find the next group pending under the lock and change nothing.
-    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
-    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
-    response = agent.post("/api/v1/executions", sweep_request())
-    execution_id = response.json()["id"]
+    execution_id = posted_sweep(agent, monkeypatch)
     pending = list(models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True))
     assert len(pending) == N
     for o in pending:
@@ -204,10 +206,7 @@ def round_trips_of_settling(
 def test_a_settle_records_the_results_and_reads_what_its_preflight_needs_with_the_lock(
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
-    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
-    response = agent.post("/api/v1/executions", sweep_request())
-    execution = models.Execution.objects.get(pk=response.json()["id"])
+    execution = models.Execution.objects.get(pk=posted_sweep(agent, monkeypatch))
     known = (execution.principal, execution.request)
 
     trips = round_trips_of_settling(str(execution.pk), "measure", monkeypatch, known)
