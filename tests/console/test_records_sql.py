@@ -173,18 +173,10 @@ def test_raw_reads_returns_what_separate_raw_rows_calls_return_in_order(executio
 
 @on_postgresql
 def test_on_postgresql_raw_reads_sends_its_reads_in_one_pipeline(
-    execution: models.Execution, monkeypatch: pytest.MonkeyPatch
+    execution: models.Execution, pipelines: list[Any]
 ) -> None:
     # The project's PostgreSQL settings bind on the server, which is what `raw_reads` pipelines on.
     assert connection.settings_dict["OPTIONS"].get("server_side_binding") is True
-    pipelines: list[Any] = []
-    real = psycopg.Connection.pipeline
-
-    def spy(self: psycopg.Connection[Any]) -> Any:
-        pipelines.append(self)
-        return real(self)
-
-    monkeypatch.setattr(psycopg.Connection, "pipeline", spy)
 
     rows = records.raw_reads(*reads_of(execution))
 
