@@ -959,11 +959,6 @@ def _lock_row_sql() -> tuple[str, list[str], list[tuple[Any, list[Any]]]]:
     return sql, [f.attname for f in fields], converters
 
 
-def lookups_pending(execution_id: Any) -> bool:
-    """Whether any lookup of the execution is still pending (read without a lock; see `lookups_settled`)."""
-    return bool(records.raw_rows(_pending_sql(), [_execution_pk(execution_id)]))
-
-
 @records.per_vendor
 def _pending_sql() -> str:
     return (

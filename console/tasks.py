@@ -131,10 +131,10 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
     the settle, which preflights again if none of the execution's is pending any more. A key found done
     already is a redelivered copy's: that lookup is not run again (a copy may still owe the preflight)."""
     lookups, known = _pending_lookups(execution_id, keys)
-    # All started first (each waits on its measure in a thread of its own), then collected: results are
-    # recorded from this thread, whose database connection is kept across tasks, and all that came in
-    # meanwhile in one statement. The answers of a frontier come close together; one statement each kept the
-    # last waiting ~1 ms per lookup before it (bench/lookups.py).
+    # All started first (an HTTP lookup on the process's HTTP loop, any other in a thread of its own), then
+    # collected: results are recorded from this thread, whose database connection is kept across tasks, and
+    # all that came in meanwhile in one statement. The answers of a frontier come close together; one
+    # statement each kept the last waiting ~1 ms per lookup before it (bench/lookups.py).
     running = [(lookup, _start(lookup)) for lookup in lookups]
     filled = 0
     last: list[tuple[_Lookup, tuple[Any, str | None, datetime]]] = []

@@ -142,30 +142,24 @@ def test_a_re_preflight_after_a_lookup_group_takes_seventeen_statements_whether_
     assert models.Grant.objects.filter(execution_id=execution_id, record=stored.last()).count() == 1
 
 
-def test_a_group_is_pending_until_its_last_lookup_is_filled_and_settles_once(
+def test_a_group_settles_once_its_last_result_is_recorded_and_a_redelivered_copy_changes_nothing(
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Every task of a group that finishes together may see none pending (the unlocked look) and settle: the
-    # first preflights again, the others find the next group pending under the lock and change nothing.
+    # Each task of the group records its result with the settle, under the row lock: those before the last
+    # find one pending and stop; the last preflights again.
     execution_id = posted_sweep(agent, monkeypatch)
-    pending = list(models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True))
-    assert len(pending) == N
-    for o in pending:
-        assert services.lookups_pending(execution_id)
-        value = f"DE{o.args['n']:020d}"
-        result = services.LookupResult(o.pk, value, None, datetime.now(UTC))
-        assert services.observations_fill(results=[result])
-        # A redelivered copy of the same task does not fill it twice.
-        assert not services.observations_fill(
-            results=[services.LookupResult(o.pk, "other", None, datetime.now(UTC))]
-        )
-    assert not services.lookups_pending(execution_id)
+    results = lookup_results(execution_id)
+    assert len(results) == N
 
-    settled = [services.lookups_settled(execution_id=execution_id, filled=True) for _ in range(N)]
+    settled = [services.lookups_settled(execution_id=execution_id, results=[r]) for r in results]
 
-    assert [s is not None for s in settled] == [True] + [False] * (N - 1)
+    assert [s is not None for s in settled] == [False] * (N - 1) + [True]
+    again = services.LookupResult(results[-1].observation_id, "other", None, datetime.now(UTC))
+    assert services.lookups_settled(execution_id=execution_id, results=[again]) is None
+    assert models.Observation.objects.get(pk=again.observation_id).value == results[-1].value
     assert models.PreflightRecord.objects.filter(execution_id=execution_id).count() == 2
-    assert services.lookups_pending(execution_id)  # the next group, dispatched by the first settle
+    # The next group, dispatched by the last settle.
+    assert models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True).exists()
 
 
 def round_trips_of_settling(
