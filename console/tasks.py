@@ -189,7 +189,10 @@ def _pending_lookups(
     plain query: everything a lookup does before its call sits between the lookups of a frontier starting
     (they share the worker's GIL), and the ORM spent more CPU building these small queries than PostgreSQL
     spent running them. Also, in the same round trip, the execution's principal and request, which never
-    change: the settle reads what its preflight needs with its lock (`services.lookups_settled`)."""
+    change, for the settle to read what its preflight needs with its lock (`services.lookups_settled`); only
+    if this task holds every pending lookup of the execution, and so is likely to be the one that preflights:
+    the settles of the other tasks of a group find a lookup pending and stop, and reading the preflight's
+    evidence under the lock for nothing made ten tasks of one lookup each cost the worker twice the CPU."""
     if not keys:
         return [], None
     pk = models.Execution._meta.pk
@@ -199,7 +202,9 @@ def _pending_lookups(
         (_pending_sql(connection.vendor, len(keys)), [execution_pk, *keys]),
         (_execution_sql(), [execution_pk]),
     )
-    known = (execution[0][0], json_value(execution[0][1])) if execution else None
+    known = None
+    if execution and execution[0][2] == len(pending):  # every pending lookup of the execution is one of ours
+        known = (execution[0][0], json_value(execution[0][1]))
     found: dict[str, _Lookup] = {}
     for obs_id, key, name, args, m_name, kind, url, timeout_s, config in pending:
         if key in found:
@@ -219,7 +224,11 @@ def _pending_lookups(
 
 @per_vendor
 def _execution_sql() -> str:
-    return f"SELECT principal, request FROM {table(models.Execution)} WHERE id = %s"
+    pending = (
+        f"SELECT count(*) FROM {table(models.Observation)} o"
+        " WHERE o.execution_id = e.id AND o.observed_at IS NULL"
+    )
+    return f"SELECT principal, request, ({pending}) FROM {table(models.Execution)} e WHERE id = %s"
 
 
 @functools.cache
