@@ -422,6 +422,46 @@ def test_http_measure_reads_a_chunked_answer(raw_server: RawServer) -> None:
     assert value == {"balance": 812.5}
 
 
+@pytest.mark.parametrize(
+    ("head", "by_h11"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", False),
+        (b"HTTP/1.0 200 OK\r\ncontent-length:%d\r\n\r\n", False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nTransfer-Encoding: identity\r\n\r\n", True),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Length: 1\r\n\r\n", True),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", True),
+    ],
+)
+def test_only_an_answer_out_of_the_common_shape_goes_to_h11(
+    raw_server: RawServer, monkeypatch: pytest.MonkeyPatch, head: bytes, by_h11: bool
+) -> None:
+    import h11
+
+    made: list[Any] = []
+    real = h11.Connection
+    monkeypatch.setattr(h11, "Connection", lambda *args: made.append(args) or real(*args))
+    body = json.dumps(fresh_answer(5)).encode()
+    raw_server.reply = head % len(body) + body
+
+    try:
+        value, _ = connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+    except MeasureFailed as exc:
+        value = exc.detail  # what h11 makes of an odd answer (two lengths that disagree: refused)
+
+    assert bool(made) == by_h11
+    if not by_h11:
+        assert value == 5
+
+
+def test_http_measure_fails_on_an_answer_cut_short_of_its_length(raw_server: RawServer) -> None:
+    raw_server.reply = (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + json.dumps(fresh_answer(3)).encode()
+    )
+
+    with pytest.raises(MeasureFailed, match="IncompleteRead"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
 def test_http_measure_reads_an_answer_without_length_until_the_server_closes(raw_server: RawServer) -> None:
     raw_server.reply = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + json.dumps(fresh_answer(3)).encode()
 
