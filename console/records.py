@@ -106,7 +106,10 @@ def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
     the writes waiting go first, in the same round trip."""
     connection = _db()
     queue: list[_Write] | None = getattr(_writes, "queue", None)
-    writes = list(queue or ())
+    # What waits for the COMMIT goes first, in this round trip rather than one of its own (console/pgbackend).
+    take = getattr(connection, "take_waiting", None)
+    writes = [_Write(sql, params, None) for sql, params in take()] if take is not None else []
+    writes += queue or ()
     if queue:
         queue.clear()
     if not reads and not writes:
@@ -127,7 +130,8 @@ def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
                 for cursor, (sql, params) in zip(cursors, statements, strict=True):
                     cursor.execute(sql, params)
         for write, cursor in zip(writes, cursors, strict=False):
-            write.done(cursor)
+            if write.done is not None:
+                write.done(cursor)
         return [cursor.fetchall() for cursor in cursors[len(writes) :]]
     finally:
         for cursor in cursors:
@@ -138,7 +142,9 @@ def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
 class _Write:
     sql: str
     params: Sequence[Any]
-    done: Callable[[Any], None]  # given its cursor once it ran: reads back ids, checks the row count
+    # Given its cursor once it ran: reads back ids, checks the row count. None: the write needs no answer, and
+    # may wait for the COMMIT (`batched_writes`).
+    done: Callable[[Any], None] | None
 
 
 _writes = threading.local()
@@ -159,22 +165,32 @@ def batched_writes() -> Iterator[None]:
     if getattr(_writes, "queue", None) is not None or not pipelines():
         yield  # the outer block sends them
         return
-    _writes.queue = []
+    queue: list[_Write] = []
+    _writes.queue = queue
     try:
         yield
-        raw_reads()  # what still waits
+        # What still waits goes with the COMMIT if none of it needs an answer (console/pgbackend), else now.
+        wait = getattr(_db(), "wait_for_commit", None)
+        if not (
+            queue
+            and wait is not None
+            and all(w.done is None for w in queue)
+            and wait([(w.sql, w.params) for w in queue])
+        ):
+            raw_reads()
     finally:
         _writes.queue = None
 
 
-def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None], *, now: bool) -> None:
+def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None] | None, *, now: bool) -> None:
     """Run this write, or queue it inside `batched_writes` (`now`: run the queue and it at once)."""
     connection = _db()
     queue: list[_Write] | None = getattr(_writes, "queue", None)
     if queue is None:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            done(cursor)
+            if done is not None:
+                done(cursor)
         return
     queue.append(_Write(sql, params, done))
     if now:
@@ -203,6 +219,16 @@ def prefetched(*reads: Read, rows: Sequence[list[tuple[Any, ...]]] | None = None
         for read in wanted:  # what this block read and nobody asked for is not kept for later
             stash.pop(read, None)
         _prefetch.stash = outer
+
+
+def prefetched_rows(*reads: Read) -> list[list[tuple[Any, ...]]] | None:
+    """What these reads returned if a `prefetched` block around this call read them all (each answered
+    once), else None."""
+    stash = getattr(_prefetch, "stash", None)
+    keys = [(sql, tuple(params)) for sql, params in reads]
+    if not stash or not all(key in stash for key in keys):
+        return None
+    return [stash.pop(key) for key in keys]
 
 
 def per_vendor[T](build: Callable[[], T]) -> Callable[[], T]:
@@ -317,16 +343,24 @@ def insert_rows(objs: Sequence[Any], *, ids: bool = True) -> None:
     else:
         params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs for f in fields]
 
-    def done(cursor: Any) -> None:
-        # In the order of the rows, as bulk_create reads them (UNNEST inserts its arrays in order).
-        returned = cursor.fetchall() if auto_pk is not None else []
-        for i, obj in enumerate(objs):
-            if auto_pk is not None:
-                setattr(obj, auto_pk.attname, returned[i][0])
+    def saved(objs: Sequence[Any]) -> None:
+        for obj in objs:
             obj._state.adding = False
             obj._state.db = connection.alias
 
-    _write(sql, params, done, now=auto_pk is not None)
+    def done(cursor: Any) -> None:
+        # In the order of the rows, as bulk_create reads them (UNNEST inserts its arrays in order).
+        for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
+            setattr(obj, auto_pk.attname, pk)
+        saved(objs)
+
+    if auto_pk is not None:
+        _write(sql, params, done, now=True)
+    else:
+        # Nothing to read back: marked saved now, so the INSERT needs no answer (it may wait for the COMMIT).
+        # Should it fail, the transaction fails with it.
+        saved(objs)
+        _write(sql, params, None, now=False)
 
 
 # What a pending lookup row holds besides its execution and dispatch time: measure, lookup, args, args_digest,
@@ -359,7 +393,7 @@ def insert_pending_lookups(execution: models.Execution, lookups: Sequence[Pendin
         columns[3].append(args_digest)
         columns[4].append(key)
         columns[5].append(task_key)
-    _write(_pending_lookups_sql(), [execution_id, dispatched_at, *columns], lambda cursor: None, now=False)
+    _write(_pending_lookups_sql(), [execution_id, dispatched_at, *columns], None, now=False)
 
 
 @per_vendor
@@ -377,10 +411,14 @@ def _pending_lookups_sql() -> str:
 _updates: dict[tuple[type[Any], tuple[str, ...], str], tuple[str, list[Any], Any]] = {}
 
 
-def update_row(obj: Any, field_names: Sequence[str]) -> None:
+def update_row(obj: Any, field_names: Sequence[str], *, held: bool = False) -> None:
     """UPDATE these fields of one saved instance, like `save(update_fields=...)` (no save(), no signals) but
     with the SQL built once per model and field list: on a re-preflight the ORM spent more CPU compiling the
-    execution's UPDATE than PostgreSQL spent running it. Fills auto_now fields. For services to call only."""
+    execution's UPDATE than PostgreSQL spent running it. Fills auto_now fields. For services to call only.
+
+    `held`: the transaction holds the row (locked, or inserted by it), so it is there to update, and the
+    UPDATE needs no answer (inside `batched_writes` it may wait for the COMMIT); otherwise the row count is
+    checked, as save() checks it."""
     connection = _db()
     model = type(obj)
     key = (model, tuple(field_names), connection.vendor)
@@ -403,7 +441,7 @@ def update_row(obj: Any, field_names: Sequence[str]) -> None:
             # What save(update_fields=...) says of a row that is gone.
             raise DatabaseError("Save with update_fields did not affect any rows.")
 
-    _write(sql, params, done, now=False)
+    _write(sql, params, None if held else done, now=False)
 
 
 def rules_read() -> Read:

@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console import connectors, models, records
-from console.audit import audit_append, audit_batch
+from console.audit import audit_append, audit_batch, chain_head_reads
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from console.signing import signer, verification_keys
 from preflight import (
@@ -556,7 +556,7 @@ def _preflight_reads(
     if not fresh:
         execution = models.Execution(pk=execution_id)
         reads += [records.evidence_read(execution), _lookup_counts_read(execution)]
-    return reads
+    return reads + chain_head_reads()  # every preflight stored appends to the audit chain
 
 
 # What a new record changes on its execution.
@@ -595,8 +595,9 @@ def _store_record(
     elif execution.rejected_at is not None:
         execution.save(update_fields=_RECORD_FIELDS)  # which refuses: a reviewer's no is final
     else:
-        # Without the ORM's per-call SQL building; Execution.save() adds nothing else to an UPDATE.
-        records.update_row(execution, _RECORD_FIELDS)
+        # Without the ORM's per-call SQL building; Execution.save() adds nothing else to an UPDATE. Every
+        # caller holds the execution's row lock.
+        records.update_row(execution, _RECORD_FIELDS, held=True)
     stored = models.PreflightRecord(
         id=records.next_id(models.PreflightRecord),  # taken ahead, the INSERT can wait (`batched_writes`)
         execution=execution,

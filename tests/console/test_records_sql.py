@@ -317,13 +317,43 @@ def test_an_insert_whose_ids_are_needed_goes_at_once_and_takes_the_waiting_write
 
 
 @on_postgresql
-def test_writes_still_waiting_when_the_block_ends_are_sent_then(execution: models.Execution) -> None:
-    with records.batched_writes():
-        records.insert_rows(varied_rows(execution, 0, 2), ids=False)
-        records.insert_pending_lookups(execution, [("m", "l", {"a": 1}, "sha256:0", "m#0", "t:0")])
-        assert not models.Observation.objects.filter(execution=execution).exists()  # an ORM read: not yet
+def test_writes_that_need_no_answer_still_waiting_when_the_block_ends_wait_for_the_commit(
+    execution: models.Execution,
+) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        with records.batched_writes():
+            execution.verdict = "ask"
+            records.update_row(execution, ["verdict"], held=True)
+            records.insert_rows(varied_rows(execution, 0, 2), ids=False)
+            records.insert_pending_lookups(execution, [("m", "l", {"a": 1}, "sha256:0", "m#0", "t:0")])
+            assert not models.Observation.objects.filter(execution=execution).exists()  # an ORM read: not yet
+        sent = len(queries.captured_queries)
 
+    assert sent == 1  # the ORM read in the block; the writes wait for the COMMIT (console/pgbackend)
+    # ... or for the next statement of the transaction, which they go before.
     assert models.Observation.objects.filter(execution=execution).count() == 3
+    assert models.Execution.objects.get(pk=execution.pk).verdict == "ask"
+
+
+@on_postgresql
+def test_a_write_whose_row_count_is_checked_goes_when_the_block_ends(execution: models.Execution) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        with records.batched_writes():
+            execution.verdict = "ask"
+            records.update_row(execution, ["verdict"])
+            records.insert_rows(varied_rows(execution, 0, 2), ids=False)
+            assert queries.captured_queries == []
+
+        assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE", "INSERT"]
+
+
+@on_postgresql
+def test_an_update_of_a_row_that_is_gone_fails_at_the_end_of_the_block(execution: models.Execution) -> None:
+    gone = models.Execution(pk=uuid.uuid4(), principal=execution.principal, request=execution.request)
+    gone._state.adding = False
+
+    with pytest.raises(DatabaseError, match="did not affect any rows"), records.batched_writes():
+        records.update_row(gone, ["verdict"])
 
 
 @on_postgresql

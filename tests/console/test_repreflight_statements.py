@@ -5,14 +5,11 @@ the final verdict (bench/lookups.py). The count is pinned so that a new statemen
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import pytest
-from console_helpers import Agent, said
+from console_helpers import Agent, round_trips, said
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -56,21 +53,21 @@ SWEEP: dict[str, Any] = {
 
 # BEGIN; the execution locked (once), none pending under the lock, not run yet (no lost lookups to expire:
 # none is pending), these three in one round trip; contract, active rules, presets, the record's id taken
-# ahead, evidence (answers, observations and approvals in one read) and how often each key was looked up,
-# these six in one round trip (the counts are read for `execute` too, where nothing uses them: cheaper than a
-# round trip of their own when they are needed); UPDATE execution, INSERT record, then [measure: the next
-# group's lookups | execute: the grant], chain lock and chain head, in one round trip; INSERT audit events;
-# COMMIT. A settle given the results and the execution's request sends the first two round trips as one
+# ahead, evidence (answers, observations and approvals in one read), how often each key was looked up (read
+# for `execute` too, where nothing uses them: cheaper than a round trip of their own when they are needed),
+# and the audit chain's lock and head, in one round trip; UPDATE execution, INSERT record, then [measure: the
+# next group's lookups | execute: the grant], INSERT audit events, with the COMMIT (none of them needs an
+# answer). A settle given the results and the execution's request sends the first two round trips as one
 # (see the last test).
 BEFORE = ["BEGIN", "SELECT execution", "SELECT observation", "SELECT grant"]
 READS = [
     *("SELECT toolcontract", "SELECT ruleset", "SELECT preset", "SELECT nextval"),
     *("SELECT answer", "SELECT observation"),
+    *("SELECT pg_advisory_xact_lock", "SELECT auditevent"),
 ]
-AUDIT = ["SELECT pg_advisory_xact_lock", "SELECT auditevent", "INSERT auditevent", "COMMIT"]
 WRITES = ["UPDATE execution", "INSERT preflightrecord"]
-EXPECTED_MEASURE = [*BEFORE, *READS, *WRITES, "INSERT observation", *AUDIT]
-EXPECTED_EXECUTE = [*BEFORE, *READS, *WRITES, "INSERT grant", *AUDIT]
+EXPECTED_MEASURE = [*BEFORE, *READS, *WRITES, "INSERT observation", "INSERT auditevent", "COMMIT"]
+EXPECTED_EXECUTE = [*BEFORE, *READS, *WRITES, "INSERT grant", "INSERT auditevent", "COMMIT"]
 
 
 def shape(sql: str) -> str:
@@ -162,35 +159,11 @@ def test_a_group_settles_once_its_last_result_is_recorded_and_a_redelivered_copy
     assert models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True).exists()
 
 
-def round_trips_of_settling(
-    execution_id: str, verdict: str, monkeypatch: pytest.MonkeyPatch, known: Any
-) -> list[list[str]]:
-    """The settle's statements, grouped by the round trip that sent them (a pipeline is one), given the
-    group's results to record."""
+def round_trips_of_settling(execution_id: str, verdict: str, known: Any) -> list[list[str]]:
+    """The settle's statements, grouped by the round trip that sent them, given the group's results to
+    record."""
     results = lookup_results(execution_id)
-    trips: list[list[str]] = []
-    in_pipeline = False
-    real = psycopg.Connection.pipeline
-
-    @contextmanager
-    def pipeline(self: psycopg.Connection[Any]) -> Iterator[Any]:
-        nonlocal in_pipeline
-        trips.append([])
-        in_pipeline = True
-        try:
-            with real(self) as p:
-                yield p
-        finally:
-            in_pipeline = False
-
-    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if not in_pipeline:
-            trips.append([])
-        trips[-1].append(shape(sql))
-        return execute(sql, params, many, context)
-
-    monkeypatch.setattr(psycopg.Connection, "pipeline", pipeline)
-    with connection.execute_wrapper(record):
+    with round_trips(shape) as trips:
         stored = services.lookups_settled(execution_id=execution_id, results=results, known=known)
     assert stored is not None
     assert stored.verdict == verdict
@@ -203,10 +176,9 @@ def test_a_settle_records_the_results_and_reads_what_its_preflight_needs_with_th
     execution = models.Execution.objects.get(pk=posted_sweep(agent, monkeypatch))
     known = (execution.principal, execution.request)
 
-    trips = round_trips_of_settling(str(execution.pk), "measure", monkeypatch, known)
+    trips = round_trips_of_settling(str(execution.pk), "measure", known)
 
     assert trips == [
         [BEFORE[1], "UPDATE observation", *BEFORE[2:], *READS],
-        [*WRITES, "INSERT observation", *AUDIT[:2]],
-        ["INSERT auditevent"],
+        [*WRITES, "INSERT observation", "INSERT auditevent", "COMMIT"],
     ]
