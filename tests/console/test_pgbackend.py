@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import select
 import time
-from unittest import mock
-
 from collections.abc import Iterator
+from unittest import mock
 
 import pytest
 from console_helpers import round_trips
