@@ -7,9 +7,10 @@ rolls back with it: nothing is done unrecorded.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,8 +20,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console.models import AuditEvent
-from console.records import Read, insert_rows, per_vendor, prefetched_rows, raw_reads
-from preflight.canonical import digest
+from console.records import insert_rows, per_vendor, table, write_now_or_later
+from preflight.canonical import canonical_json
 
 GENESIS = "sha256:" + "0" * 64
 
@@ -31,77 +32,53 @@ _ADVISORY_LOCK_KEY = 0x50524546  # "PREF"
 def link_hash(
     *, seq: int, kind: str, execution_id: str | None, body: Any, created_at: datetime, prev_hash: str
 ) -> str:
-    return digest(
+    """`sha256:<hex>` over the canonical JSON (RFC 8785) of the link: {"body", "created_at", "execution_id",
+    "kind", "prev_hash", "seq"}."""
+    return _linked(_link_prefix(kind, execution_id, body, created_at), prev_hash, seq)
+
+
+def _link_prefix(kind: str, execution_id: str | None, body: Any, created_at: datetime) -> bytes:
+    """The link's canonical JSON up to the value of its prev_hash. Canonical JSON orders keys, and prev_hash
+    and seq sort after the others, so the rest is `<prev_hash>","seq":<seq>}` (a hash, and an integer,
+    spelled the same in any JSON): PostgreSQL can finish the link under the chain's lock (`_append_sql`)."""
+    content = canonical_json(
         {
-            "seq": seq,
-            "kind": kind,
-            "execution_id": execution_id,
             "body": body,
             # UTC with microseconds: what PostgreSQL and SQLite both store and give back unchanged.
             "created_at": created_at.astimezone(UTC).isoformat(),
-            "prev_hash": prev_hash,
+            "execution_id": execution_id,
+            "kind": kind,
         }
     )
+    return content[:-1] + b',"prev_hash":"'
 
 
-def chain_head_reads() -> list[Read]:
-    """The chain's lock and head as reads, for an action that will append to send with reads of its own,
-    where the connection can pipeline (`records.prefetched`; else none): its append then costs no round
-    trip of its own, and with the writes waiting for the COMMIT (console/pgbackend) storing a preflight is
-    one round trip. The lock is then held from those reads to the COMMIT: for a preflight, while its engine
-    runs (~0.5 ms), instead of for the two round trips it took before. Taken after any row lock of the
-    action's (the order every appender keeps)."""
-    options = connection.settings_dict["OPTIONS"]
-    if connection.vendor != "postgresql" or not options.get("server_side_binding"):
-        return []
-    return list(_head_reads())
-
-
-@per_vendor
-def _head_reads() -> tuple[Read, Read]:
-    lock = f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d})"
-    table = connection.ops.quote_name(AuditEvent._meta.db_table)
-    # The read must be a statement of its own, after the lock: in READ COMMITTED each statement takes its
-    # snapshot when it starts, so only then does it see the previous lock holder's commit. A plain read
-    # suffices under the lock (a row lock would cost a heap write per append).
-    return (lock, ()), (f"SELECT seq, hash FROM {table} ORDER BY seq DESC LIMIT 1", ())
+def _linked(prefix: bytes, prev_hash: str, seq: int) -> str:
+    return "sha256:" + hashlib.sha256(prefix + f'{prev_hash}","seq":{seq:d}}}'.encode()).hexdigest()
 
 
 def _chain_head() -> tuple[int, str]:
-    """(seq, hash) of the last event, read under the append lock; (0, GENESIS) for an empty chain."""
-    # Two appends must not read the same "last" row. PostgreSQL: a transaction-scoped advisory lock (it
-    # also covers the empty table, which a row lock cannot). SQLite serializes writers itself, and the
-    # unique seq turns any race that slips through into a failed action, never a forked chain.
-    if connection.vendor == "postgresql":
-        (lock, _), (head, _) = _head_reads()
-        if connection.settings_dict["OPTIONS"].get("server_side_binding"):
-            # Both in one round trip, still two statements (`raw_reads`), unless read already
-            # (`chain_head_reads`). The lock is held until commit, so each round trip less here is less time
-            # every other writer waits.
-            _, rows = prefetched_rows(*_head_reads()) or raw_reads(*_head_reads())
-            row = rows[0] if rows else None
-        else:
-            with connection.cursor() as cursor:
-                # Client-side binding sends a query without parameters over the simple protocol, which takes
-                # several statements (each with its own snapshot): lock and read in one round trip.
-                cursor.execute(f"{lock}; {head}")
-                cursor.nextset()
-                row = cursor.fetchone()
-    else:
-        row = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    """(seq, hash) of the last event; (0, GENESIS) for an empty chain. SQLite: its one writer at a time
+    serializes appends, and the unique seq turns any race that slips through into a failed action, never a
+    forked chain."""
+    row = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
     return (int(row[0]), str(row[1])) if row else (0, GENESIS)
 
 
 def _write(events: list[AuditEvent]) -> None:
-    """Link the events to the chain, in order, and insert them: one lock, one read, one INSERT."""
+    """Link the events to the chain, in order, and insert them."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit events are written inside the transaction of the action they record")
+    for event in events:
+        event.created_at = timezone.now()
+    if connection.vendor == "postgresql":
+        _append_on_server(events)
+        return
     seq, prev_hash = _chain_head()
     for event in events:
         seq += 1
         event.seq = seq
         event.prev_hash = prev_hash
-        event.created_at = timezone.now()
         event.hash = prev_hash = link_hash(
             seq=seq,
             kind=event.kind,
@@ -110,8 +87,48 @@ def _write(events: list[AuditEvent]) -> None:
             created_at=event.created_at,
             prev_hash=event.prev_hash,
         )
-    # Nobody reads an event's own id: inside `batched_writes` the INSERT waits, for the COMMIT at the latest.
     insert_rows(events, ids=False)
+
+
+def _append_on_server(events: list[AuditEvent]) -> None:
+    """PostgreSQL links the events itself, each INSERT reading the head under the chain's lock and hashing
+    the link from the prefix computed here (`_link_prefix`). So an append needs no answer: the lock and the
+    INSERTs go with the action's last writes and its COMMIT (`records.write_now_or_later`), and the lock is
+    held only while PostgreSQL runs them and commits, never across a round trip (a lock held across the
+    client's work serialized concurrent requests: bench/api.py). The events' seq and hashes stay unset here;
+    read them back from the table.
+
+    A transaction-scoped advisory lock (it also covers the empty table, which a row lock cannot) keeps two
+    appends from reading the same head. Each INSERT is a statement of its own after the lock: in READ
+    COMMITTED a statement takes its snapshot when it starts, so it sees the previous holder's commit."""
+    fields = {f.name: f for f in AuditEvent._meta.concrete_fields}
+    statements: list[tuple[str, Sequence[Any]]] = [
+        (f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d})", ())
+    ]
+    for event in events:
+        params = [
+            fields[name].get_db_prep_save(getattr(event, name), connection)
+            for name in ("kind", "execution_id", "body", "created_at")
+        ]
+        prefix = _link_prefix(event.kind, event.execution_id, event.body, event.created_at)
+        statements.append((_append_sql(), [*params, prefix, GENESIS]))
+    write_now_or_later(statements)
+
+
+@per_vendor
+def _append_sql() -> str:
+    def cast(name: str) -> str:
+        return f"%s::{AuditEvent._meta.get_field(name).db_type(connection)}"
+
+    t = table(AuditEvent)
+    link = """convert_to(h.hash || '","seq":' || (h.seq + 1) || '}', 'UTF8')"""
+    return (
+        f"INSERT INTO {t} (seq, kind, execution_id, body, created_at, prev_hash, hash)"
+        f" SELECT h.seq + 1, {cast('kind')}, {cast('execution_id')}, {cast('body')}, {cast('created_at')},"
+        f" h.hash, 'sha256:' || encode(sha256(%s::bytea || {link}), 'hex')"
+        f" FROM ((SELECT seq, hash FROM {t} ORDER BY seq DESC LIMIT 1) UNION ALL (SELECT 0, %s)) h"
+        " ORDER BY h.seq DESC LIMIT 1"
+    )
 
 
 _batches = threading.local()

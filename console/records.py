@@ -197,6 +197,29 @@ def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None] | None, 
         raw_reads()
 
 
+def write_now_or_later(statements: Sequence[Read]) -> None:
+    """Writes that need no answer, in order: inside `batched_writes` they wait with the others; else they
+    wait for the COMMIT where the connection lets them (console/pgbackend), or go now, in one round trip
+    where the connection can pipeline."""
+    queue: list[_Write] | None = getattr(_writes, "queue", None)
+    if queue is not None:
+        queue.extend(_Write(sql, params, None) for sql, params in statements)
+        return
+    wait = getattr(_db(), "wait_for_commit", None)
+    if wait is not None and wait(statements):
+        return
+    if pipelines():
+        _writes.queue = [_Write(sql, params, None) for sql, params in statements]
+        try:
+            raw_reads()
+        finally:
+            _writes.queue = None
+        return
+    with _db().cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+
+
 @contextmanager
 def prefetched(*reads: Read, rows: Sequence[list[tuple[Any, ...]]] | None = None) -> Iterator[None]:
     """Make these reads now, together (`raw_reads`: one round trip), for the `raw_rows` calls inside the block
@@ -219,16 +242,6 @@ def prefetched(*reads: Read, rows: Sequence[list[tuple[Any, ...]]] | None = None
         for read in wanted:  # what this block read and nobody asked for is not kept for later
             stash.pop(read, None)
         _prefetch.stash = outer
-
-
-def prefetched_rows(*reads: Read) -> list[list[tuple[Any, ...]]] | None:
-    """What these reads returned if a `prefetched` block around this call read them all (each answered
-    once), else None."""
-    stash = getattr(_prefetch, "stash", None)
-    keys = [(sql, tuple(params)) for sql, params in reads]
-    if not stash or not all(key in stash for key in keys):
-        return None
-    return [stash.pop(key) for key in keys]
 
 
 def per_vendor[T](build: Callable[[], T]) -> Callable[[], T]:

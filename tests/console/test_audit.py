@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import uuid
+
 import pytest
 from console_helpers import TRANSFER, Agent, Downstream, transfer_request
 from django.core.management import CommandError, call_command
-from django.db import DatabaseError
+from django.db import DatabaseError, connection, connections, transaction
 
 from console import models, services
-from console.audit import GENESIS
+from console.audit import GENESIS, audit_append, audit_batch
+from preflight.canonical import digest
 
 pytestmark = pytest.mark.django_db
 
@@ -138,3 +142,69 @@ def test_when_the_audit_write_fails_the_action_is_not_recorded(
     assert response.json()["error"] == "internal_error"
     assert not models.Server.objects.exists()
     assert audit.AuditEvent.objects.count() == 1  # only the token created for the agent
+
+
+def test_every_link_hash_is_the_digest_of_the_links_canonical_json() -> None:
+    # On PostgreSQL the database finishes each link under the chain's lock; the format is the same.
+    execution_id = uuid.uuid4()
+    with transaction.atomic(), audit_batch():
+        audit_append(kind="first", execution_id=None, body={"n": 1.5, "text": 'Grüße \u2028 "quoted"'})
+        audit_append(kind="second", execution_id=execution_id, body={"nested": {"b": [1, None], "a": True}})
+    services.measure_create(name="m", kind="python", actor="test")  # an action of its own
+
+    rows = models.AuditEvent.objects.order_by("seq")
+    assert [r.kind for r in rows] == ["first", "second", "measure"]
+    prev = GENESIS
+    for row in rows:
+        link = {
+            "seq": row.seq,
+            "kind": row.kind,
+            "execution_id": str(row.execution_id) if row.execution_id else None,
+            "body": row.body,
+            "created_at": row.created_at.isoformat(),
+            "prev_hash": prev,
+        }
+        assert row.prev_hash == prev
+        assert row.hash == digest(link)
+        prev = row.hash
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL rejects the NUL character in JSON")
+def test_an_audit_write_that_fails_at_commit_fails_its_action(transactional_db: None) -> None:
+    with pytest.raises(DatabaseError), transaction.atomic(), audit_batch():
+        models.Measure.objects.create(name="kept-only-if-recorded", kind="python")
+        audit_append(kind="measure", execution_id=None, body={"name": "\x00"})
+
+    assert not models.Measure.objects.exists()
+    assert not models.AuditEvent.objects.exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="concurrent writers: PostgreSQL's")
+def test_appends_from_many_connections_at_once_make_one_unbroken_chain(transactional_db: None) -> None:
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def append(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(5):
+                with transaction.atomic(), audit_batch():
+                    audit_append(kind="a", execution_id=None, body={"n": n, "i": i})
+                    audit_append(kind="b", execution_id=None, body={"n": n, "i": i})
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert errors == []
+    assert list(models.AuditEvent.objects.values_list("seq", flat=True)) == list(range(1, 61))
+    events = list(models.AuditEvent.objects.order_by("seq").values_list("kind", "body"))
+    # The two events of one action are adjacent: no other append came between them.
+    assert all(a == ("a", b[1]) and b[0] == "b" for a, b in zip(events[::2], events[1::2], strict=True))
+    assert "audit chain ok" in verify()
