@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from console_helpers import ALICE_MAIN, Agent, Downstream, said, transfer_request
+from django.db import connection, connections, transaction
 from kombu.exceptions import OperationalError
 
 from console import connectors, models, services, tasks
@@ -246,3 +247,122 @@ def test_trigger_due_picks_up_lost_lookups_and_overdue_deferrals(
 
     assert "re-preflighted 1 execution(s)" in out.getvalue()
     assert models.Execution.objects.get(pk=stuck["id"]).verdict == "hold"
+
+
+# ---- with a broker: the group goes before the dispatcher's COMMIT, its tasks wait for it -------------------
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str], bool]]:
+    """Lookups dispatched to a broker (not run in-process); what was published, each with whether the
+    dispatching transaction was still open then. Nothing consumes it."""
+    from celery import current_app
+
+    monkeypatch.setitem(current_app.conf, "task_always_eager", False)
+    published: list[tuple[str, list[str], bool]] = []
+
+    def publish(execution_id: str, keys: list[str]) -> None:
+        published.append((execution_id, list(keys), connection.in_atomic_block))
+
+    monkeypatch.setattr(tasks, "publish_lookups", publish)
+    return published
+
+
+on_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the dispatch lock is PostgreSQL's"
+)
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_frontier_is_published_before_its_commit(
+    bank: Downstream, agent: Agent, broker: list[tuple[str, list[str], bool]]
+) -> None:
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+
+    assert record["verdict"] == "measure"
+    assert len(broker) == 1
+    execution_id, keys, in_transaction = broker[0]
+    assert execution_id == record["id"]
+    assert in_transaction
+    pending = models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True)
+    assert sorted(keys) == sorted(pending.values_list("key", flat=True))
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_comes_before_its_dispatchers_commit_waits_for_it_and_finds_its_lookups(
+    bank: Downstream, agent: Agent, broker: list[tuple[str, list[str], bool]]
+) -> None:
+    from console import records
+
+    execution = models.Execution.objects.create(principal="user:alice", request={}, verdict="measure")
+    events: list[str] = []
+    locked = threading.Event()
+
+    def dispatcher() -> None:
+        try:
+            with transaction.atomic():
+                lock = tasks.dispatch_lock_read(execution.pk)
+                assert lock is not None
+                records.raw_reads(lock)
+                models.Observation.objects.create(
+                    execution=execution,
+                    measure="m",
+                    lookup="bank.balance",
+                    args={},
+                    args_digest="d",
+                    key="k",
+                    task_key="t:1",
+                )
+                locked.set()
+                time.sleep(0.3)  # the task arrives meanwhile
+                events.append("committing")
+        finally:
+            connections.close_all()
+
+    found: list[Any] = []
+
+    def task() -> None:
+        try:
+            locked.wait(5)
+            found.extend(tasks._pending_lookups(str(execution.pk), ["k"])[0])
+            events.append("read")
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=dispatcher), threading.Thread(target=task)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+
+    # The read did not answer while the dispatcher held its transaction open, and saw what it committed.
+    assert events == ["committing", "read"]
+    assert [lookup.lookup for lookup in found] == ["bank.balance"]
+
+
+@on_postgresql
+@pytest.mark.django_db(transaction=True)
+def test_when_the_broker_refuses_a_frontier_before_the_commit_the_record_holds_with_the_reason(
+    bank: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery import current_app
+
+    def down(header: Any) -> Any:
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setitem(current_app.conf, "task_always_eager", False)
+    monkeypatch.setattr(tasks, "group", down)
+
+    response = agent.post("/api/v1/executions", transfer_request())
+
+    assert response.status_code == 201
+    record = response.json()
+    assert record["verdict"] == "hold"
+    assert any(
+        "broker unavailable" in (f.get("detail") or "") for s in record["slots"] for f in s["findings"]
+    )
+    rows = models.PreflightRecord.objects.filter(execution_id=record["id"]).order_by("seq")
+    assert [(r.verdict, r.trigger) for r in rows] == [("measure", "create"), ("hold", "lookups")]
+    assert bank.lookups == 0
