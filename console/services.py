@@ -547,14 +547,9 @@ def _preflight_reads(
     """What a preflight reads, to be read at once (one round trip): the contract, the active rules, the
     presets of a named tool and, for an execution with a past, its evidence and how often each lookup ran
     (bench/lookups.py preflights again twice on its critical path)."""
-    from console import tasks
-
     reads = [records.rules_read(), *_presets_reads(principal, request)]
     if rows is None:
         reads.insert(0, _contract_read(request))
-    dispatch_lock = tasks.dispatch_lock_read(execution_id)  # for a frontier, should the verdict be `measure`
-    if dispatch_lock is not None:
-        reads.append(dispatch_lock)
     next_id = records.next_id_read(models.PreflightRecord)  # the record's id, taken ahead
     if next_id is not None:
         reads.append(next_id)
@@ -699,25 +694,9 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         for m in record.measures
         if not seen.get(m.key, (0, 0))[1]  # one is running already: its group's last task preflights again
     ]
-    if not rows:
-        return
-    from console import tasks
-
-    records.insert_pending_lookups(execution, rows)  # one statement for the frontier
-    keys = [row[4] for row in rows]
-    if tasks.dispatch_lock_read(execution.pk) is None:
-        transaction.on_commit(partial(_lookups_after_commit, execution, keys))
-        return
-    # This transaction holds the execution's dispatch lock (`_preflight_reads`): the group goes now, and its
-    # tasks wait for the COMMIT to read their rows (tasks._DISPATCH_LOCK_CLASS).
-    refused = tasks.publish_lookups(str(execution.pk), keys)
-    if refused is not None:
-        transaction.on_commit(partial(_lookups_refused, execution, keys, refused))
-
-
-def _lookups_refused(execution: models.Execution, keys: list[str], reason: str) -> None:
-    lookups_undispatched(execution_id=execution.pk, keys=keys, reason=reason)
-    records.keep_answer_rows(execution, None)  # preflighted again just now: see `_lookups_after_commit`
+    if rows:
+        records.insert_pending_lookups(execution, rows)  # one statement for the frontier
+        transaction.on_commit(partial(_lookups_after_commit, execution, [row[4] for row in rows]))
 
 
 def _lookups_after_commit(execution: models.Execution, keys: list[str]) -> None:
@@ -744,10 +723,10 @@ def execution_create(
         raise _refuse_principal(request.principal)
     check_pointers(body)
     # One round trip for the contract, the rules and the presets the preflight reads.
-    # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
-    execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
-    with records.prefetched(*_preflight_reads(execution.pk, request.principal, body, fresh=True)):
+    with records.prefetched(*_preflight_reads(None, request.principal, body, fresh=True)):
         rows = _contract_rows(body)  # an unknown tool records nothing
+        # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
+        execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
         _preflight_and_record(
             execution,
             trigger="create",

@@ -36,7 +36,7 @@ from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
 from console import connectors, models, services
-from console.records import json_value, per_vendor, pipelines, raw_reads, table
+from console.records import json_value, per_vendor, raw_reads, table
 
 logger = logging.getLogger(__name__)
 
@@ -50,22 +50,11 @@ def dispatch_lookups(execution_id: str, keys: Sequence[str]) -> bool:
     """Run after commit. If the broker is down, the lookups become errors: the record says hold, with why.
     True if the lookups went to the broker; False if they ran here (in-process tasks) or became errors, that
     is, if the execution was preflighted again before this returned."""
-    refused = publish_lookups(execution_id, keys)
-    if refused is None:
-        return not current_app.conf.task_always_eager
-    services.lookups_undispatched(execution_id=execution_id, keys=keys, reason=refused)
-    return False
-
-
-def publish_lookups(execution_id: str, keys: Sequence[str]) -> str | None:
-    """Send the frontier's group to the broker (in-process tasks: run it); why not, if the broker refused
-    it. Any part of the group that did go out finds its rows no longer pending once they are recorded as
-    errors, and changes nothing."""
     try:
         frontier = group(_lookup_tasks(execution_id, keys))
         if current_app.conf.task_always_eager:
             frontier.apply_async()  # in-process: there is no broker to batch for
-            return None
+            return False
         # The whole frontier in one Redis round trip (kombu pipelines the pushes), so its lookups start
         # together. One round trip per task let the worker's threads take the GIL between two pushes: the
         # last lookup of a level of 10 started ~30 ms after the first (bench/lookups.py).
@@ -75,34 +64,13 @@ def publish_lookups(execution_id: str, keys: Sequence[str]) -> str | None:
         with current_app.producer_or_acquire() as producer, producer.batch():
             frontier.apply_async(producer=producer, declare=[])
     except (KombuError, RedisError, OSError) as exc:  # the broker, not the lookups
+        # Any part of the group that did go out finds its row no longer pending, and changes nothing.
         logger.warning("lookups for %s not dispatched: %s", execution_id, exc)
-        return f"broker unavailable ({exc})"
-    return None
-
-
-# The dispatch lock: a transaction that may dispatch an execution's lookups holds it exclusively (taken with
-# its reads, `dispatch_lock_read`), so it can publish the group before its COMMIT; a lookup task takes it
-# shared before reading its pending rows (`_pending_lookups`), and so waits for that COMMIT and then sees the
-# rows. Publishing after the COMMIT put the publish, the worker's receiving the task and its first read one
-# after another on the path between two levels of lookups (~4 ms on this machine, of ~10); now they overlap
-# the COMMIT. A group published by a transaction that then rolls back finds nothing pending, and does
-# nothing.
-# The two-key advisory locks are a key space of their own (the audit chain's lock is a one-key lock).
-_DISPATCH_LOCK_CLASS = 0x50524550  # "PREP"
-
-
-def dispatch_lock_read(execution_id: Any) -> tuple[str, list[int]] | None:
-    """The dispatch lock of this execution as a read, for a transaction that may dispatch its lookups to
-    send with its own reads; None where lookups are dispatched after commit instead (in-process tasks, no
-    pipelining)."""
-    key = _dispatch_key(execution_id)
-    return ("SELECT pg_advisory_xact_lock(%s, %s)", key) if key is not None else None
-
-
-def _dispatch_key(execution_id: Any) -> list[int] | None:
-    if current_app.conf.task_always_eager or not pipelines():
-        return None
-    return [_DISPATCH_LOCK_CLASS, int.from_bytes(uuid.UUID(str(execution_id)).bytes[:4], "big", signed=True)]
+        services.lookups_undispatched(
+            execution_id=execution_id, keys=keys, reason=f"broker unavailable ({exc})"
+        )
+        return False
+    return True
 
 
 def _lookup_tasks(execution_id: str, keys: Sequence[str]) -> list[Any]:
@@ -230,16 +198,10 @@ def _pending_lookups(
     pk = models.Execution._meta.pk
     assert pk is not None
     execution_pk = pk.get_db_prep_value(uuid.UUID(execution_id), connection)
-    reads = [
+    pending, execution = raw_reads(
         (_pending_sql(connection.vendor, len(keys)), [execution_pk, *keys]),
         (_execution_sql(), [execution_pk]),
-    ]
-    key = _dispatch_key(execution_id)
-    if key is not None:
-        # Shared, and before the reads (each a statement with its own snapshot): a group published before
-        # its dispatcher's COMMIT waits here for it (see `_DISPATCH_LOCK_CLASS`).
-        reads.insert(0, ("SELECT pg_advisory_xact_lock_shared(%s, %s)", key))
-    *_, pending, execution = raw_reads(*reads)
+    )
     known = None
     if execution and execution[0][2] == len(pending):  # every pending lookup of the execution is one of ours
         known = (execution[0][0], json_value(execution[0][1]))
