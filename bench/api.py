@@ -65,7 +65,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from machine import speed_line  # noqa: E402
+from machine import speed_line, wakeup_line  # noqa: E402
 
 TARGET_RATE = 200.0
 TARGET_P99_MS = 25.0
@@ -621,6 +621,7 @@ def main() -> int:
         + (", statements not prepared" if args.unprepared else "")
     )
     print(speed_line())
+    print(wakeup_line())
     token = prepare(args.db, env, args.scenario)
     rng = random.Random(1)
     bodies = [json.dumps(request_body(rng, args.scenario)).encode() for _ in range(1000)]

@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
-from machine import speed_line  # noqa: E402
+from machine import speed_line, wakeup_line  # noqa: E402
 
 N = 10  # lookups per level
 DEPTH = 2
@@ -432,6 +432,7 @@ def main() -> None:
     print(f"  sequential sum                     {ms(SEQUENTIAL_S)}")
     print(f"  target 1.2 x depth x slowest       {ms(TARGET_S)}")
     print(speed_line())
+    print(wakeup_line())
     print(verdict_line("engine (in-process runner)", engine_runs(args.runs)))
     if args.engine_only:
         return
