@@ -139,8 +139,10 @@ def audit_batch() -> Iterator[None]:
     """Appends inside this block are linked and written together when it ends, still inside the caller's
     transaction, in the order they were made (nested blocks join the outermost one). One action that
     appends several events (a preflight, its gap report, its grant) then takes the chain lock once, and
-    only for the write at its end rather than from its first append until commit. If a block raises, its
-    appends are dropped with the work they record; if the write fails, the block raises.
+    only for the write at its end (on PostgreSQL, with the COMMIT: `_append_on_server`) rather than from its
+    first append until commit. If a block raises, its appends are dropped with the work they record; if the
+    write fails, the action fails: the block raises, or, where the write went with the COMMIT, the COMMIT
+    does and the transaction rolls back.
 
     Inside a block, do not recover from an exception of a savepoint that appended: its events would still
     be written (wrap such a savepoint in a block of its own)."""
