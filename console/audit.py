@@ -118,7 +118,9 @@ def _append_on_server(events: list[AuditEvent]) -> None:
 @per_vendor
 def _append_sql() -> str:
     def cast(name: str) -> str:
-        return f"%s::{AuditEvent._meta.get_field(name).db_type(connection)}"
+        # Without a length (varchar, not varchar(40)): a cast to varchar(40) would cut a longer value short
+        # where the column's own check refuses it.
+        return f"%s::{AuditEvent._meta.get_field(name).db_type(connection).split('(')[0]}"
 
     t = table(AuditEvent)
     link = """convert_to(h.hash || '","seq":' || (h.seq + 1) || '}', 'UTF8')"""

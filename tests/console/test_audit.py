@@ -208,3 +208,12 @@ def test_appends_from_many_connections_at_once_make_one_unbroken_chain(transacti
     # The two events of one action are adjacent: no other append came between them.
     assert all(a == ("a", b[1]) and b[0] == "b" for a, b in zip(events[::2], events[1::2], strict=True))
     assert "audit chain ok" in verify()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite does not check a column's length")
+def test_an_event_kind_longer_than_its_column_fails_its_action_rather_than_being_cut_short() -> None:
+    with pytest.raises(DatabaseError), transaction.atomic(), audit_batch():
+        audit_append(kind="k" * 41, execution_id=None, body={})
+        models.AuditEvent.objects.count()  # a statement in the transaction: what waited goes first
+
+    assert not models.AuditEvent.objects.exists()
