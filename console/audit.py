@@ -175,7 +175,8 @@ def audit_append(*, kind: str, execution_id: uuid.UUID | str | None, body: Mappi
         raise RuntimeError("audit_append must run inside the transaction of the action it records")
     event = AuditEvent(
         kind=kind,
-        execution_id=str(execution_id) if execution_id is not None else None,
+        # As the column gives it back (lowercase, hyphens), which is what `verify_chain` hashes.
+        execution_id=str(uuid.UUID(str(execution_id))) if execution_id is not None else None,
         body=dict(body),
     )
     batch = getattr(_batches, "events", None)
