@@ -222,3 +222,20 @@ def test_an_event_kind_longer_than_its_column_fails_its_action_rather_than_being
         models.AuditEvent.objects.count()  # a statement in the transaction: what waited goes first
 
     assert not models.AuditEvent.objects.exists()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pipelined append is PostgreSQL's")
+def test_without_pipelining_appends_go_one_statement_after_another_and_link_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(
+        connection.settings_dict, "OPTIONS", {}
+    )  # as with PREFLIGHT_DB_PREPARED_STATEMENTS=false
+    with transaction.atomic():
+        with audit_batch():
+            audit_append(kind="first", execution_id=None, body={"n": 1})
+            audit_append(kind="second", execution_id=None, body={"n": 2})
+        assert connection.take_waiting() == []  # written at the block's end, nothing left for the COMMIT
+        assert models.AuditEvent.objects.count() == 2
+
+    assert "audit chain ok" in verify()
