@@ -98,10 +98,11 @@ def test_a_record_shows_its_json_and_whether_it_still_matches_its_digest(
     assert row.record_digest in page and 'data-testid="digest-ok"' in page
     assert "&quot;verdict&quot;: &quot;ask&quot;" in page
 
-    with connection.cursor() as cursor:  # below the ORM, as a tamperer would
+    # Below the ORM (PreflightRecord refuses updates), as a tamperer would; JSON text works on both databases.
+    with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE console_preflightrecord SET record = jsonb_set(record, '{verdict}', %s) WHERE id = %s",
-            ['"execute"', row.pk],
+            "UPDATE console_preflightrecord SET record = %s WHERE id = %s",
+            [connection.ops.adapt_json_value({**row.record, "verdict": "execute"}, None), row.pk],
         )
     tampered = auditor.get(f"/audit/records/{row.pk}/").content.decode()
     assert "DOES NOT MATCH" in tampered
