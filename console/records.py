@@ -152,12 +152,13 @@ _writes = threading.local()
 
 @contextmanager
 def batched_writes() -> Iterator[None]:
-    """Inside this block, `insert_rows`, `update_row` and `insert_pending_lookups` wait for the next statement
-    whose answer is needed (a read, an INSERT whose ids are needed), and go to PostgreSQL with it in one round
-    trip, in the order they were made; what still waits at the end goes then. Storing a preflight took seven
-    round trips before its COMMIT and takes two with this: its execution row, its record (whose id was taken
-    ahead, `next_id`), its gap rows and the next lookups or the grant with the audit chain's lock and head;
-    then the audit events.
+    """Inside this block, `insert_rows`, `update_row`, `insert_pending_lookups` and `write_now_or_later` wait
+    for the next statement whose answer is needed (a read, an INSERT whose ids are needed), and go to
+    PostgreSQL with it in one round trip, in the order they were made; what still waits at the end goes with
+    the COMMIT if none of it needs an answer (console/pgbackend), else then. Storing a preflight took seven
+    round trips and a COMMIT; with this it is one, with the COMMIT: its execution row, its record (whose id
+    was taken ahead, `next_id`), its gap rows, the next lookups or the grant, and the audit chain's lock and
+    links (console/audit.py).
 
     Nothing but these helpers and `raw_rows`/`raw_reads` may touch the database inside the block: an ORM
     query would run before the writes still waiting. An error of a waiting write is raised by the statement
