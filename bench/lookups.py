@@ -175,34 +175,48 @@ def serve_measures() -> None:
     calls: list[dict[str, Any]] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # HTTP/1.1: the connection stays open for the next request unless the client asks to close it (the
+        # workers keep theirs, as they would with any service).
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            method, path = head.split(b" ", 2)[:2]
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = json.loads(await reader.readexactly(length)) if length else {}
-            answer: Any = {}
-            if method == b"POST" and path == b"/":
-                started = time.monotonic()
-                await asyncio.sleep(LOOKUP_S)
-                args = body.get("args") or {}
-                value = account_of(args) if body.get("measure") == "bench.account" else 1000
-                calls.append({"measure": body.get("measure"), "started": started, "ended": time.monotonic()})
-                answer = {"value": value, "observed_at": datetime.now(UTC).isoformat()}
-            elif method == b"GET":
-                answer = calls
-            elif method == b"DELETE":
-                calls.clear()
-            raw = json.dumps(answer).encode()
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                + f"Content-Length: {len(raw)}\r\n\r\n".encode()
-                + raw
-            )
-            await writer.drain()
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return  # the client closed the connection
+                method, path = head.split(b" ", 2)[:2]
+                length, close = 0, False
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    name = name.strip().lower()
+                    if name == b"content-length":
+                        length = int(value)
+                    elif name == b"connection":
+                        close = b"close" in value.lower()
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                answer: Any = {}
+                if method == b"POST" and path == b"/":
+                    started = time.monotonic()
+                    await asyncio.sleep(LOOKUP_S)
+                    args = body.get("args") or {}
+                    value = account_of(args) if body.get("measure") == "bench.account" else 1000
+                    calls.append(
+                        {"measure": body.get("measure"), "started": started, "ended": time.monotonic()}
+                    )
+                    answer = {"value": value, "observed_at": datetime.now(UTC).isoformat()}
+                elif method == b"GET":
+                    answer = calls
+                elif method == b"DELETE":
+                    calls.clear()
+                raw = json.dumps(answer).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + (b"Connection: close\r\n" if close else b"")
+                    + f"Content-Length: {len(raw)}\r\n\r\n".encode()
+                    + raw
+                )
+                await writer.drain()
+                if close:
+                    return
         finally:
             writer.close()
 

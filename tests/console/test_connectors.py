@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import itertools
 import json
 import os
 import re
@@ -380,7 +381,7 @@ def test_ten_lookups_started_together_each_get_their_own_answer_at_the_same_time
     assert connectors._http_loop.in_flight() == 0
 
 
-def test_http_measure_sends_a_json_post_that_closes_the_connection(raw_server: RawServer) -> None:
+def test_http_measure_sends_a_json_post_over_http_1_1(raw_server: RawServer) -> None:
     raw_server.reply = answer_bytes(fresh_answer())
 
     connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/v1/measure?x=1#part"), {"a": 1})
@@ -391,9 +392,103 @@ def test_http_measure_sends_a_json_post_that_closes_the_connection(raw_server: R
     assert lines[0] == "POST /v1/measure?x=1 HTTP/1.1"
     assert headers["host"] == f"127.0.0.1:{raw_server.port}"
     assert headers["content-type"] == headers["accept"] == "application/json"
-    assert headers["connection"] == "close"
+    assert "connection" not in headers  # HTTP/1.1: the connection may be kept for the next lookup
     assert int(headers["content-length"]) == len(body)
     assert json.loads(body) == {"measure": "bank.balance", "args": {"a": 1}}
+
+
+class KeepAliveServer:
+    """Answers every request of a connection in turn, as `script(connection number, request number on it)`
+    says: the bytes to send, or None to close the connection without answering. Counts connections."""
+
+    def __init__(self, script: Callable[[int, int], bytes | None]) -> None:
+        self.script = script
+        self.connections = 0
+        self.requests: list[tuple[int, int]] = []
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn, self.connections), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, number: int) -> None:
+        with conn:
+            conn.settimeout(5)
+            for n in itertools.count(1):
+                try:
+                    if not read_request(conn):
+                        return
+                except OSError:
+                    return
+                self.requests.append((number, n))
+                reply = self.script(number, n)
+                if reply is None:
+                    return
+                conn.sendall(reply)
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@contextmanager
+def keep_alive_server(script: Callable[[int, int], bytes | None]) -> Iterator[KeepAliveServer]:
+    server = KeepAliveServer(script)
+    yield server
+    server.close()
+
+
+def test_lookups_to_one_service_go_over_one_kept_connection() -> None:
+    with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(n))) as server:
+        url = f"http://127.0.0.1:{server.port}/m"
+
+        values = [connectors.run_measure(raw_measure(url), {})[0] for _ in range(3)]
+
+        assert values == [1, 2, 3]
+        assert server.connections == 1
+
+
+def test_a_kept_connection_the_service_closes_unanswered_is_replaced_and_the_lookup_answered() -> None:
+    # The service answers one request per connection and drops the next one it reads, as a server whose
+    # keep-alive time ran out just as the request came.
+    with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(conn)) if n == 1 else None) as server:
+        url = f"http://127.0.0.1:{server.port}/m"
+
+        first, _ = connectors.run_measure(raw_measure(url), {})
+        second, _ = connectors.run_measure(raw_measure(url), {})
+
+        assert (first, second) == (1, 2)
+        assert server.requests == [(1, 1), (1, 2), (2, 1)]
+
+
+def test_a_connection_the_answer_says_to_close_is_not_kept() -> None:
+    closing = answer_bytes(fresh_answer()).replace(b"200 OK\r\n", b"200 OK\r\nConnection: close\r\n")
+    with keep_alive_server(lambda conn, n: closing if n == 1 else None) as server:
+        url = f"http://127.0.0.1:{server.port}/m"
+
+        connectors.run_measure(raw_measure(url), {})
+        connectors.run_measure(raw_measure(url), {})
+
+        assert server.requests == [(1, 1), (2, 1)]  # a new connection each, none tried twice
+
+
+def test_an_http_1_0_answer_does_not_keep_its_connection() -> None:
+    old = answer_bytes(fresh_answer()).replace(b"HTTP/1.1 200", b"HTTP/1.0 200")
+    with keep_alive_server(lambda conn, n: old if n == 1 else None) as server:
+        url = f"http://127.0.0.1:{server.port}/m"
+
+        connectors.run_measure(raw_measure(url), {})
+        connectors.run_measure(raw_measure(url), {})
+
+        assert server.requests == [(1, 1), (2, 1)]
 
 
 def test_http_measure_reaches_an_ipv6_literal_host() -> None:
@@ -697,6 +792,27 @@ def test_a_forked_child_runs_http_lookups_on_a_loop_of_its_own(endpoint: Measure
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert connectors.run_measure(http_measure(endpoint), {"who": "parent"})[0] == {"who": "parent"}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_share_its_parents_kept_connections() -> None:
+    with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(conn))) as server:
+        url = f"http://127.0.0.1:{server.port}/m"
+        assert connectors.run_measure(raw_measure(url), {})[0] == 1  # its connection is kept
+        with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": the point of the test
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child connects anew: two processes on one connection would mix their answers
+            try:
+                ok = connectors.run_measure(raw_measure(url), {})[0] == 2
+            except BaseException:
+                ok = False
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert connectors.run_measure(raw_measure(url), {})[0] == 1  # the parent's, still open
+        assert server.connections == 2
 
 
 # ------------------------------------------------------------------------------------------ python lookups
