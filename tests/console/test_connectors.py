@@ -469,26 +469,22 @@ def test_a_kept_connection_the_service_closes_unanswered_is_replaced_and_the_loo
         assert server.requests == [(1, 1), (1, 2), (2, 1)]
 
 
-def test_a_connection_the_answer_says_to_close_is_not_kept() -> None:
-    closing = answer_bytes(fresh_answer()).replace(b"200 OK\r\n", b"200 OK\r\nConnection: close\r\n")
-    with keep_alive_server(lambda conn, n: closing if n == 1 else None) as server:
+@pytest.mark.parametrize(
+    "status_line, headers",
+    [(b"HTTP/1.1 200 OK", b"Connection: close\r\n"), (b"HTTP/1.0 200 OK", b"")],
+    ids=["connection-close", "http-1.0"],
+)
+def test_an_answer_that_does_not_keep_its_connection_open_is_not_followed_on_it(
+    status_line: bytes, headers: bytes
+) -> None:
+    reply = answer_bytes(fresh_answer()).replace(b"HTTP/1.1 200 OK\r\n", status_line + b"\r\n" + headers)
+    with keep_alive_server(lambda conn, n: reply if n == 1 else None) as server:
         url = f"http://127.0.0.1:{server.port}/m"
 
         connectors.run_measure(raw_measure(url), {})
         connectors.run_measure(raw_measure(url), {})
 
         assert server.requests == [(1, 1), (2, 1)]  # a new connection each, none tried twice
-
-
-def test_an_http_1_0_answer_does_not_keep_its_connection() -> None:
-    old = answer_bytes(fresh_answer()).replace(b"HTTP/1.1 200", b"HTTP/1.0 200")
-    with keep_alive_server(lambda conn, n: old if n == 1 else None) as server:
-        url = f"http://127.0.0.1:{server.port}/m"
-
-        connectors.run_measure(raw_measure(url), {})
-        connectors.run_measure(raw_measure(url), {})
-
-        assert server.requests == [(1, 1), (2, 1)]
 
 
 def test_http_measure_reaches_an_ipv6_literal_host() -> None:
