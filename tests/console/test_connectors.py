@@ -401,8 +401,8 @@ class KeepAliveServer:
     """Answers every request of a connection in turn, as `script(connection number, request number on it)`
     says: the bytes to send, or None to close the connection without answering. Counts connections."""
 
-    def __init__(self, script: Callable[[int, int], bytes | None]) -> None:
-        self.script = script
+    def __init__(self, script: Callable[[int, int], bytes | None], tls: ssl.SSLContext | None = None) -> None:
+        self.script, self._tls = script, tls
         self.connections = 0
         self.requests: list[tuple[int, int]] = []
         self._listener = socket.socket()
@@ -423,6 +423,11 @@ class KeepAliveServer:
     def _serve(self, conn: socket.socket, number: int) -> None:
         with conn:
             conn.settimeout(5)
+            if self._tls is not None:
+                try:
+                    conn = self._tls.wrap_socket(conn, server_side=True)
+                except OSError:
+                    return
             for n in itertools.count(1):
                 try:
                     if not read_request(conn):
@@ -440,8 +445,10 @@ class KeepAliveServer:
 
 
 @contextmanager
-def keep_alive_server(script: Callable[[int, int], bytes | None]) -> Iterator[KeepAliveServer]:
-    server = KeepAliveServer(script)
+def keep_alive_server(
+    script: Callable[[int, int], bytes | None], tls: ssl.SSLContext | None = None
+) -> Iterator[KeepAliveServer]:
+    server = KeepAliveServer(script, tls)
     yield server
     server.close()
 
@@ -712,6 +719,24 @@ def test_https_measure_reads_the_answer_of_a_server_it_trusts(
 
     assert value == "x" * 200_000
     assert json.loads(tls_server.requests[0].partition(b"\r\n\r\n")[2])["args"] == {"a": 1}
+
+
+def test_https_lookups_to_one_service_go_over_one_kept_connection(
+    self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        connectors, "_tls_context", lambda: ssl.create_default_context(cafile=str(self_signed[0]))
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*self_signed)
+    # Larger than a TLS record (16 KiB): a kept connection must not hold decrypted bytes of the last answer.
+    with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(str(n) * 40_000)), context) as server:
+        url = f"https://localhost:{server.port}/"
+
+        values = [connectors.run_measure(raw_measure(url), {})[0] for _ in range(3)]
+
+        assert values == ["1" * 40_000, "2" * 40_000, "3" * 40_000]
+        assert server.connections == 1
 
 
 def test_https_measure_refuses_a_certificate_nobody_vouches_for(tls_server: RawServer) -> None:
