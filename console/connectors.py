@@ -949,9 +949,7 @@ class _HttpLoop:
     def put_idle(self, key: tuple[str, int, bool], sock: socket.socket) -> None:
         kept = self.idle.setdefault(key, [])
         now = time.monotonic()
-        while kept and (len(kept) >= _IDLE_PER_HOST or now - kept[0][1] >= _IDLE_MAX_S):
-            with suppress(OSError):
-                kept.pop(0)[0].close()
+        _close_oldest(kept, now, room=1)
         kept.append((sock, now))
 
     def call_soon(self, exchange: _HttpExchange, fn: Callable[[], None]) -> None:
@@ -1001,9 +999,7 @@ class _HttpLoop:
                 for exchange in [exchange for exchange in live if exchange.deadline <= now]:
                     exchange.run(exchange.expire)
                 for host, kept in list(idle.items()):  # connections idle too long are closed
-                    while kept and now - kept[0][1] >= _IDLE_MAX_S:
-                        with suppress(OSError):
-                            kept.pop(0)[0].close()
+                    _close_oldest(kept, now)
                     if not kept:
                         del idle[host]
             except Exception:
@@ -1037,6 +1033,13 @@ class _HttpLoop:
 
 
 _http_loop = _HttpLoop()
+
+
+def _close_oldest(kept: list[tuple[socket.socket, float]], now: float, *, room: int = 0) -> None:
+    """Close a host's idle connections that have idled too long, and the oldest beyond its cap less `room`."""
+    while kept and (len(kept) > _IDLE_PER_HOST - room or now - kept[0][1] >= _IDLE_MAX_S):
+        with suppress(OSError):
+            kept.pop(0)[0].close()
 
 
 class _HttpExchange:
@@ -1127,7 +1130,6 @@ class _HttpExchange:
                 self.sock.close()
             self.sock = None
         self._reused, self._sent, self._step = False, 0, None
-        self._raw.clear()
         try:
             self._connect()
         except Exception as exc:
