@@ -199,26 +199,12 @@ def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None] | None, 
 
 
 def write_now_or_later(statements: Sequence[Read]) -> None:
-    """Writes that need no answer, in order: inside `batched_writes` they wait with the others; else they
-    wait for the COMMIT where the connection lets them (console/pgbackend), or go now, in one round trip
-    where the connection can pipeline."""
-    queue: list[_Write] | None = getattr(_writes, "queue", None)
-    if queue is not None:
-        queue.extend(_Write(sql, params, None) for sql, params in statements)
-        return
-    wait = getattr(_db(), "wait_for_commit", None)
-    if wait is not None and wait(statements):
-        return
-    if pipelines():
-        _writes.queue = [_Write(sql, params, None) for sql, params in statements]
-        try:
-            raw_reads()
-        finally:
-            _writes.queue = None
-        return
-    with _db().cursor() as cursor:
+    """Writes that need no answer, in order, as `batched_writes` sends them: with the others waiting in an
+    outer block; else with the COMMIT where the connection lets them, or now, in one round trip where the
+    connection can pipeline, one after another where it cannot."""
+    with batched_writes():
         for sql, params in statements:
-            cursor.execute(sql, params)
+            _write(sql, params, None, now=False)
 
 
 @contextmanager
