@@ -106,36 +106,21 @@ def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
     the writes waiting go first, in the same round trip."""
     connection = _db()
     queue: list[_Write] | None = getattr(_writes, "queue", None)
+    if not pipelines():  # then nothing waits, for the COMMIT or in a queue
+        return [raw_rows(sql, params) for sql, params in reads]
     # What waits for the COMMIT goes first, in this round trip rather than one of its own (console/pgbackend).
-    take = getattr(connection, "take_waiting", None)
-    writes = [_Write(sql, params, None) for sql, params in take()] if take is not None else []
+    writes = [_Write(sql, params, None) for sql, params in connection.take_waiting()]
     writes += queue or ()
     if queue:
         queue.clear()
     if not reads and not writes:
         return []
-    if not pipelines():
-        return [raw_rows(sql, params) for sql, params in reads]
     statements = [(w.sql, w.params) for w in writes] + list(reads)
-    connection.ensure_connection()
-    cursors = [connection.cursor() for _ in statements]
-    try:
-        if len(statements) == 1:
-            cursors[0].execute(*statements[0])
-        else:
-            # A pipelined statement's error surfaces when the pipeline ends, outside the cursors' own
-            # wrapping: translated here as theirs would be (Django's error classes; a broken connection marked
-            # as such).
-            with connection.wrap_database_errors, connection.connection.pipeline():
-                for cursor, (sql, params) in zip(cursors, statements, strict=True):
-                    cursor.execute(sql, params)
+    with connection.pipelined(statements) as cursors:
         for write, cursor in zip(writes, cursors, strict=False):
             if write.done is not None:
                 write.done(cursor)
         return [cursor.fetchall() for cursor in cursors[len(writes) :]]
-    finally:
-        for cursor in cursors:
-            cursor.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,8 @@ outlives its transaction (a rollback, or a rollback to a savepoint, which would 
 from __future__ import annotations
 
 import select
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from django.db.backends.postgresql import base
@@ -64,15 +65,28 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return execute(sql, params, many, context)
 
     def _send_waiting(self, *, commit: bool) -> None:
-        statements = self.take_waiting()
-        # Through Django's cursors, so that they are logged and seen by execute wrappers like any other.
+        with self.pipelined(self.take_waiting(), commit=commit):
+            pass
+
+    @contextmanager
+    def pipelined(self, statements: Sequence[Statement], *, commit: bool = False) -> Iterator[list[Any]]:
+        """Run these statements in one round trip, and the COMMIT with them if `commit`; yields their cursors,
+        closed on the way out. Through Django's cursors, so that they are logged and seen by execute wrappers
+        like any other. A pipelined statement's error surfaces when the pipeline ends, outside the cursors'
+        own wrapping: translated here as theirs would be (Django's error classes; a broken connection marked
+        as such)."""
+        self.ensure_connection()
         cursors = [self.cursor() for _ in statements]
         try:
-            with self.wrap_database_errors, self.connection.pipeline():
-                for cursor, (sql, params) in zip(cursors, statements, strict=True):
-                    cursor.execute(sql, params)
-                if commit:
-                    self.connection.commit()
+            if len(cursors) == 1 and not commit:
+                cursors[0].execute(*statements[0])  # one statement needs no pipeline
+            else:
+                with self.wrap_database_errors, self.connection.pipeline():
+                    for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                        cursor.execute(sql, params)
+                    if commit:
+                        self.connection.commit()
+            yield cursors
         finally:
             for cursor in cursors:
                 cursor.close()
