@@ -344,6 +344,11 @@ def celery_runs(
         _, token = services.agent_token_create(name="bench")
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        # This process serves the API as a web worker would, and so starts as console/wsgi.py does.
+        from console.startup import freeze_startup_objects, load_request_path
+
+        load_request_path()
+        freeze_startup_objects()
 
         worker_env = {
             **os.environ,

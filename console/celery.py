@@ -71,6 +71,16 @@ class RedisTransport(kombu_redis.Transport):
     Channel = _RedisChannel
 
 
+# A threads or solo pool runs tasks in the process that got worker_ready; a prefork pool in children, each of
+# which gets worker_process_init once it is set up.
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+def _freeze_startup_objects(**kwargs: Any) -> None:
+    from console.startup import freeze_startup_objects
+
+    freeze_startup_objects()  # see console/startup.py
+
+
 # Celery's Django fixup closes every database connection of the task's thread before and after each task
 # (unless CELERY_DB_REUSE_MAX is set, see settings.py), so each lookup paid for a new PostgreSQL connection
 # and backend process, and lost its prepared statements. Instead a worker treats a task as Django treats a
