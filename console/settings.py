@@ -92,11 +92,6 @@ try:
     }
 except ValueError as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is malformed: {exc}") from None
-# PostgreSQL parses and plans a statement each time unless it is prepared. With server-side parameter binding,
-# psycopg prepares a statement once it has run 5 times on a connection (connections persist, see above), and
-# sends parameters apart from the SQL instead of quoting them into it. bench/api.py, POST /executions: about
-# 1.5 ms less PostgreSQL CPU and 2-3 ms less server CPU per request. Turn it off behind a PgBouncer in
-# transaction-pooling mode that does not track prepared statements.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded mode. A transaction that reads first and writes later (every service) would be refused at once
     # ("database is locked") when another writer holds the file, since SQLite cannot wait on a read lock it
@@ -105,6 +100,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests on SQLite use a file too: Django's default in-memory test database shares one cache between
     # connections, where a writer locks tables and another connection fails at once instead of waiting.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+# PostgreSQL parses and plans a statement each time unless it is prepared. With server-side parameter binding,
+# psycopg prepares a statement once it has run 5 times on a connection (connections persist, see above), and
+# sends parameters apart from the SQL instead of quoting them into it. bench/api.py, POST /executions: about
+# 1.5 ms less PostgreSQL CPU and 2-3 ms less server CPU per request. Turn it off behind a PgBouncer in
+# transaction-pooling mode that does not track prepared statements.
 _POSTGRESQL = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 if _POSTGRESQL and env_bool("PREFLIGHT_DB_PREPARED_STATEMENTS", default=True):
     DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
