@@ -45,6 +45,8 @@ class Server(models.Model):
     annotations_trusted = models.BooleanField(default=False)
     # {"kind": "python"|"mcp_stdio"|"mcp_http", "target": ...}: how the execution gate reaches the tools.
     connector = models.JSONField(default=dict)
+    # Side-car `x-preflight` per tool name, as an operator last gave it: a re-import that names none keeps it.
+    extensions = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -129,8 +131,17 @@ class AgentToken(models.Model):
     # A JSON list of principal strings rather than a table: read with the token in the one query that
     # authenticates every API request.
     principals = models.JSONField(default=list, blank=True)
+    # Set: an operator token (`manage.py create_operator_token`). It may configure the gate (catalog,
+    # measures) and nothing an agent does; the user's operator role is checked on every call, not here.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    @property
+    def is_operator_token(self) -> bool:
+        return self.user_id is not None
 
     def may_act_for(self, principal: str) -> bool:
         return not self.principals or principal in self.principals

@@ -8,8 +8,10 @@ console/services.py, whose catalog and rules services these build on). Reads tha
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
+import secrets
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -642,3 +644,33 @@ def checklist_parts(checklist_version: str) -> dict[str, Any]:
         elif part:
             out["rules"] = part.split(",")
     return out
+
+
+@transaction.atomic
+def operator_token_create(*, name: str, username: str) -> tuple[models.AgentToken, str]:
+    """An API token that acts as the operator `username`; printed once, only its SHA-256 stored. It carries
+    no role itself: every call checks that the user still holds the operator role (api/permissions.py)."""
+    from django.contrib.auth import get_user_model
+
+    from console.api.permissions import operator_holds_role
+
+    if not name:
+        raise BadInput("invalid", "name: required, a non-empty string")
+    user_model = get_user_model()
+    try:
+        user = user_model.objects.get(**{user_model.USERNAME_FIELD: username})
+    except user_model.DoesNotExist:
+        raise NotFound("unknown_user", f"no user {username!r}") from None
+    if not operator_holds_role(user.pk):
+        raise BadInput(
+            "not_an_operator",
+            f"{username} does not hold the operator role: manage.py grant_role {username} operator",
+        )
+    token = "pfo_" + secrets.token_urlsafe(32)
+    row = models.AgentToken.objects.create(
+        name=name, token_sha256=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:10], user=user
+    )
+    audit_append(
+        kind="operator_token", execution_id=None, body={"name": name, "prefix": row.prefix, "user": username}
+    )
+    return row, token

@@ -221,15 +221,17 @@ STATIC_ROOT = env_path("PREFLIGHT_STATIC_ROOT", VAR_DIR / "collected-static")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
 REST_FRAMEWORK = {
-    "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
-        "rest_framework.renderers.BrowsableAPIRenderer",
-    ],
+    # JSON only: the browsable API would be an HTML surface (forms, inline script) for agent tokens.
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["console.api.parsers.StrictJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["console.api.auth.BearerTokenAuthentication"],
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
-    # Fail closed: an API view that forgets to declare permissions is not public.
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Fail closed: an API view that forgets to declare its audience is an operator action, closed to agents
+    # (console/api/permissions.py); agent views declare `AgentToken`.
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "console.api.permissions.OperatorToken",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 

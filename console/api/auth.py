@@ -22,17 +22,22 @@ class Agent:
     is_anonymous = False
     is_active = True
     is_staff = False
+    is_superuser = False
 
     def __init__(self, token: AgentToken) -> None:
         self.token = token
-        self.username = f"agent:{token.name}"
+        # An operator token's actions are audited as the operator's; whether the user still holds the role
+        # is `console.api.permissions.OperatorToken`'s question, asked on every call.
+        self.username = (
+            f"operator-token:{token.name}" if token.is_operator_token else f"agent:{token.name}"
+        )
 
     def __str__(self) -> str:
         return self.username
 
 
 # What a request needs of its token. Timestamps stay deferred: a plain cursor gives them as text on SQLite.
-_TOKEN_FIELDS = ("id", "name", "token_sha256", "prefix", "principals")
+_TOKEN_FIELDS = ("id", "name", "token_sha256", "prefix", "principals", "user_id")
 
 
 def token_by_digest(digest: str) -> AgentToken | None:
@@ -45,8 +50,8 @@ def token_by_digest(digest: str) -> AgentToken | None:
     rows = raw_rows(sql, (digest,))
     if not rows:
         return None
-    pk, name, sha256, prefix, principals = rows[0]
-    values = (pk, name, sha256, prefix, json_value(principals))
+    pk, name, sha256, prefix, principals, user_id = rows[0]
+    values = (pk, name, sha256, prefix, json_value(principals), user_id)
     return AgentToken.from_db(connection.alias, _TOKEN_FIELDS, values)
 
 
@@ -75,4 +80,11 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-unty
     name = "agentToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
-        return {"type": "http", "scheme": "bearer", "description": "python manage.py create_agent_token NAME"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": (
+                "python manage.py create_agent_token NAME (agents: executions, answers, runs, presets);"
+                " python manage.py create_operator_token NAME --user USERNAME (operators: catalog, measures)"
+            ),
+        }

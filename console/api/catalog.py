@@ -54,6 +54,11 @@ class CatalogImportView(APIView):
     @extend_schema(
         operation_id="catalog_import",
         summary="Import a tools/list result; each tool is checked on its own, problems reported per tool",
+        description=(
+            "An operator action: needs an operator token (manage.py create_operator_token NAME --user"
+            " USERNAME) whose user holds the operator role at the time of the call. An agent token gets 403"
+            " `forbidden` and nothing changes."
+        ),
         request=CatalogImportIn,
         responses={201: CatalogImportOut, **errors()},
     )

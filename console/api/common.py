@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
+from console.api.permissions import AgentToken
 from console.api.records import ErrorOut
+
+# What an agent's views declare; every other API view is an operator action (the settings' default).
+AGENT_PERMISSIONS = [IsAuthenticated, AgentToken]
 
 ERRORS = {
     400: ErrorOut,
     401: ErrorOut,
+    403: ErrorOut,
     413: ErrorOut,
 }
 

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from console import services
 from console.api.access import execution_or_404
-from console.api.common import actor, errors
+from console.api.common import AGENT_PERMISSIONS, actor, errors
 from console.api.fields import AnyJSON, Array, Flag, Integer, Object, Text
 from console.api.records import RecordOut
 from console.errors import BadInput
@@ -227,6 +227,8 @@ class RunOut(serializers.Serializer):
 
 
 class ExecutionCreateView(APIView):
+    permission_classes = AGENT_PERMISSIONS
+
     @extend_schema(
         operation_id="executions_create",
         summary="Submit a candidate execution and get its first preflight record",
@@ -244,6 +246,8 @@ class ExecutionCreateView(APIView):
 
 
 class ExecutionDetailView(APIView):
+    permission_classes = AGENT_PERMISSIONS
+
     @extend_schema(
         operation_id="executions_retrieve",
         summary="The latest record of an execution",
@@ -279,6 +283,8 @@ def _wait_seconds(raw: str | None) -> float:
 
 
 class ExecutionAnswerView(APIView):
+    permission_classes = AGENT_PERMISSIONS
+
     @extend_schema(
         operation_id="executions_answer",
         summary="Answer questions (and optionally remember answers); the execution is preflighted again",
@@ -302,6 +308,8 @@ class ExecutionAnswerView(APIView):
 
 
 class ExecutionRunView(APIView):
+    permission_classes = AGENT_PERMISSIONS
+
     @extend_schema(
         operation_id="executions_run",
         summary="Run the granted call, once. 409 for an expired, used, tampered or foreign grant",

@@ -37,6 +37,11 @@ class MeasureCreateView(APIView):
     @extend_schema(
         operation_id="measures_create",
         summary="Register a lookup (or redefine one by name)",
+        description=(
+            "An operator action: needs an operator token (manage.py create_operator_token NAME --user"
+            " USERNAME) whose user holds the operator role at the time of the call. An agent token gets 403"
+            " `forbidden` and nothing changes."
+        ),
         request=MeasureIn,
         responses={201: MeasureOut, 200: MeasureOut, **errors()},
     )

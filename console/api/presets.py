@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console import services
-from console.api.common import actor, errors
+from console.api.common import AGENT_PERMISSIONS, actor, errors
 from console.api.fields import AnyJSON
 from console.errors import BadInput
 
@@ -27,6 +27,8 @@ class PresetOut(serializers.Serializer):
 
 
 class PresetListView(APIView):
+    permission_classes = AGENT_PERMISSIONS
+
     @extend_schema(
         operation_id="presets_list",
         summary="The active presets of one principal the token may see (403 otherwise)",
@@ -42,6 +44,8 @@ class PresetListView(APIView):
 
 
 class PresetRevokeView(APIView):
+    permission_classes = AGENT_PERMISSIONS
+
     @extend_schema(
         operation_id="presets_revoke",
         summary="Revoke a preset; later executions ask again",

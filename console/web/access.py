@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -27,8 +28,8 @@ ROLES = (APPROVER, OPERATOR, AUDITOR)
 
 def roles_of(user: Any) -> frozenset[str]:
     """The roles a user holds, read once per request (cached on the user object the request carries)."""
-    if not user.is_authenticated:
-        return frozenset()
+    if not user.is_authenticated or not isinstance(user, AbstractBaseUser):
+        return frozenset()  # anonymous, or an API token's caller (console.api.auth.Agent): no console role
     cached = getattr(user, "_preflight_roles", None)
     if cached is None:
         if user.is_superuser:

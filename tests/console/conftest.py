@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import GET_BALANCE, TRANSFER, WIRE, Agent, Downstream, make_agent
+from console_helpers import GET_BALANCE, TRANSFER, WIRE, Agent, Downstream, make_agent, make_operator
 
 from console import celery_app, connectors, services, signing
 
@@ -52,6 +52,12 @@ def agent(transactional_db: None) -> Agent:
 def quick_agent(db: None) -> Agent:
     """For tests that end before any commit matters (bad input): rolled back, not flushed, so fast."""
     return make_agent()
+
+
+@pytest.fixture
+def quick_operator(db: None) -> Agent:
+    """An operator token's client (catalog import, measures), rolled back like `quick_agent`."""
+    return make_operator()
 
 
 def import_bank() -> None:

@@ -180,6 +180,20 @@ def make_agent() -> Agent:
     return Agent(client, token)
 
 
+def make_operator(username: str = "olga") -> Agent:
+    """An API client holding an operator token of `username`, a console user with the operator role."""
+    from django.contrib.auth.models import Group, User
+
+    from console.operator_services import operator_token_create
+
+    user, _ = User.objects.get_or_create(username=username)
+    user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    _, token = operator_token_create(name=f"{username}-ci", username=username)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return Agent(client, token)
+
+
 @contextmanager
 def round_trips(shape: Callable[[str], str]) -> Iterator[list[list[str]]]:
     """The statements run inside (each as `shape` names it), grouped by the round trip that sent them: a

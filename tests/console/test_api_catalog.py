@@ -17,8 +17,8 @@ def imported(agent: Agent, tools: list[Any], **extra: Any) -> Any:
     return agent.post("/api/v1/catalog/import", {"server": "bank", "tools": tools, **extra})
 
 
-def test_an_import_answers_each_tool_with_its_digest_and_obligations(quick_agent: Agent) -> None:
-    response = imported(quick_agent, [TRANSFER, GET_BALANCE])
+def test_an_import_answers_each_tool_with_its_digest_and_obligations(quick_operator: Agent) -> None:
+    response = imported(quick_operator, [TRANSFER, GET_BALANCE])
 
     assert response.status_code == 201, response.json()
     body = response.json()
@@ -37,10 +37,10 @@ def test_an_import_answers_each_tool_with_its_digest_and_obligations(quick_agent
     ]
 
 
-def test_a_bad_tool_is_reported_and_the_rest_of_the_batch_imports(quick_agent: Agent) -> None:
+def test_a_bad_tool_is_reported_and_the_rest_of_the_batch_imports(quick_operator: Agent) -> None:
     broken = {"name": "broken", "inputSchema": {"type": "object", "properties": {"a": {"type": "nope"}}}}
 
-    body = imported(quick_agent, [broken, TRANSFER, "not a tool", {"description": "no name"}]).json()
+    body = imported(quick_operator, [broken, TRANSFER, "not a tool", {"description": "no name"}]).json()
 
     by_name = {t["name"]: t for t in body["tools"]}
     assert by_name["broken"]["contract_digest"] is None
@@ -52,23 +52,23 @@ def test_a_bad_tool_is_reported_and_the_rest_of_the_batch_imports(quick_agent: A
     assert models.ToolContract.objects.filter(current=True).count() == 1
 
 
-def test_provider_gaps_are_reported_as_problems(quick_agent: Agent) -> None:
+def test_provider_gaps_are_reported_as_problems(quick_operator: Agent) -> None:
     vague = {
         "name": "delete_repo",
         "description": "Deletes a repository. Requires admin rights.",
         "inputSchema": {"type": "object", "properties": {"repo": {"type": "string"}}, "required": ["repo"]},
     }
 
-    problems = imported(quick_agent, [vague]).json()["tools"][0]["problems"]
+    problems = imported(quick_operator, [vague]).json()["tools"][0]["problems"]
 
     assert {p["slot"] for p in problems} >= {"fixed:intended_change", "cond:prose-1"}
     assert all(p["class"] == "provider_gap" for p in problems)
 
 
-def test_a_changed_definition_is_a_new_version_and_old_records_keep_theirs(quick_agent: Agent) -> None:
-    first = imported(quick_agent, [TRANSFER]).json()["tools"][0]
-    again = imported(quick_agent, [TRANSFER]).json()["tools"][0]
-    second = imported(quick_agent, [transfer_v2()]).json()["tools"][0]
+def test_a_changed_definition_is_a_new_version_and_old_records_keep_theirs(quick_operator: Agent) -> None:
+    first = imported(quick_operator, [TRANSFER]).json()["tools"][0]
+    again = imported(quick_operator, [TRANSFER]).json()["tools"][0]
+    second = imported(quick_operator, [transfer_v2()]).json()["tools"][0]
 
     assert again["version"] == "unchanged"
     assert again["contract_digest"] == first["contract_digest"]
@@ -81,18 +81,18 @@ def test_a_changed_definition_is_a_new_version_and_old_records_keep_theirs(quick
     ]
 
 
-def test_tools_missing_from_a_new_list_are_retired(quick_agent: Agent) -> None:
-    imported(quick_agent, [TRANSFER, GET_BALANCE])
+def test_tools_missing_from_a_new_list_are_retired(quick_operator: Agent) -> None:
+    imported(quick_operator, [TRANSFER, GET_BALANCE])
 
-    body = imported(quick_agent, [TRANSFER]).json()
+    body = imported(quick_operator, [TRANSFER]).json()
 
     assert body["retired"] == ["get_balance"]
     assert not models.ToolContract.objects.filter(name="get_balance", current=True).exists()
 
 
-def test_annotations_are_untrusted_unless_the_operator_says_so(quick_agent: Agent) -> None:
-    untrusted = imported(quick_agent, [GET_BALANCE]).json()["tools"][0]
-    trusted = imported(quick_agent, [GET_BALANCE], annotations_trusted=True).json()["tools"][0]
+def test_annotations_are_untrusted_unless_the_operator_says_so(quick_operator: Agent) -> None:
+    untrusted = imported(quick_operator, [GET_BALANCE]).json()["tools"][0]
+    trusted = imported(quick_operator, [GET_BALANCE], annotations_trusted=True).json()["tools"][0]
 
     assert untrusted["contract_digest"] != trusted["contract_digest"]
     untrusted_keys = {o["key"] for o in untrusted["obligations"]}
@@ -101,30 +101,30 @@ def test_annotations_are_untrusted_unless_the_operator_says_so(quick_agent: Agen
     assert "fixed:timing" not in trusted_keys
 
 
-def test_an_extension_in_meta_or_a_side_car_is_read(quick_agent: Agent) -> None:
+def test_an_extension_in_meta_or_a_side_car_is_read(quick_operator: Agent) -> None:
     plain = copy.deepcopy(TRANSFER)
     extension = plain.pop("x-preflight")
     in_meta = {**plain, "_meta": {"x-preflight": extension}}
 
-    from_meta = imported(quick_agent, [in_meta]).json()["tools"][0]
-    from_side_car = imported(quick_agent, [plain], extensions={"transfer": extension}).json()["tools"][0]
+    from_meta = imported(quick_operator, [in_meta]).json()["tools"][0]
+    from_side_car = imported(quick_operator, [plain], extensions={"transfer": extension}).json()["tools"][0]
 
     for tool in (from_meta, from_side_car):
         assert "cond:not_to_self" in {o["key"] for o in tool["obligations"]}
 
 
-def test_an_import_needs_a_server_and_a_list_of_tools(quick_agent: Agent) -> None:
-    response = quick_agent.post("/api/v1/catalog/import", {"server": 3, "tools": {}})
+def test_an_import_needs_a_server_and_a_list_of_tools(quick_operator: Agent) -> None:
+    response = quick_operator.post("/api/v1/catalog/import", {"server": 3, "tools": {}})
 
     assert response.status_code == 400
     assert "server" in response.json()["detail"] and "tools" in response.json()["detail"]
 
 
-def test_a_measure_is_created_then_redefined_by_name(quick_agent: Agent) -> None:
+def test_a_measure_is_created_then_redefined_by_name(quick_operator: Agent) -> None:
     body = {"name": "bank.balance", "kind": "http", "url": "http://127.0.0.1:9/balance", "timeout_s": 2}
 
-    created = quick_agent.post("/api/v1/measures", body)
-    redefined = quick_agent.post("/api/v1/measures", body | {"timeout_s": 3})
+    created = quick_operator.post("/api/v1/measures", body)
+    redefined = quick_operator.post("/api/v1/measures", body | {"timeout_s": 3})
 
     assert created.status_code == 201
     assert created.json() == body | {"config": {}, "created": True}
@@ -142,8 +142,10 @@ def test_a_measure_is_created_then_redefined_by_name(quick_agent: Agent) -> None
         ({"kind": "python"}, "name"),
     ],
 )
-def test_a_bad_measure_is_400_naming_the_field(quick_agent: Agent, body: dict[str, Any], field: str) -> None:
-    response = quick_agent.post("/api/v1/measures", body)
+def test_a_bad_measure_is_400_naming_the_field(
+    quick_operator: Agent, body: dict[str, Any], field: str
+) -> None:
+    response = quick_operator.post("/api/v1/measures", body)
 
     assert response.status_code == 400
     assert response.json()["detail"].startswith(field)

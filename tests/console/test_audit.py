@@ -128,7 +128,7 @@ def test_every_step_of_an_execution_is_in_the_chain(bank: Downstream, agent: Age
 
 
 def test_when_the_audit_write_fails_the_action_is_not_recorded(
-    quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
+    quick_operator: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from console import audit
 
@@ -136,12 +136,12 @@ def test_when_the_audit_write_fails_the_action_is_not_recorded(
         raise DatabaseError("disk full")
 
     monkeypatch.setattr(services, "audit_append", broken)
-    response = quick_agent.post("/api/v1/catalog/import", {"server": "bank", "tools": [TRANSFER]})
+    response = quick_operator.post("/api/v1/catalog/import", {"server": "bank", "tools": [TRANSFER]})
 
     assert response.status_code == 500
     assert response.json()["error"] == "internal_error"
     assert not models.Server.objects.exists()
-    assert audit.AuditEvent.objects.count() == 1  # only the token created for the agent
+    assert audit.AuditEvent.objects.count() == 1  # only the operator token's creation
 
 
 def test_every_link_hash_is_the_digest_of_the_links_canonical_json() -> None:
