@@ -411,7 +411,7 @@ def parse_tools_list(text: str) -> list[Any]:
 
 
 def catalog_import_pasted(
-    *, server: str, text: str, annotations_trusted: bool, user: AbstractBaseUser
+    *, server: str, text: str, annotations_trusted: bool | None, user: AbstractBaseUser
 ) -> services.CatalogImport:
     tools = parse_tools_list(text)
     return services.catalog_import(
@@ -446,7 +446,7 @@ def catalog_import_from_mcp(
     *,
     server: str,
     connector: Mapping[str, Any],
-    annotations_trusted: bool,
+    annotations_trusted: bool | None,
     user: AbstractBaseUser,
     timeout_s: float = 15.0,
 ) -> services.CatalogImport:

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -99,6 +99,9 @@ class CatalogImport:
     server: models.Server
     tools: list[ImportedTool]
     retired: list[str]
+    # What this import did not name and so carried over from the operator's earlier decisions, e.g.
+    # "annotations_trusted", "connector", "extensions.transfer".
+    kept: list[str] = field(default_factory=list)
 
 
 def _extension_of(tool: Mapping[str, Any], sidecar: Mapping[str, Any] | None) -> Any:
@@ -116,27 +119,47 @@ def catalog_import(
     *,
     server: str,
     tools: Sequence[Any],
-    annotations_trusted: bool,
     actor: str,
+    annotations_trusted: bool | None = None,
     connector: Mapping[str, Any] | None = None,
     extensions: Mapping[str, Any] | None = None,
 ) -> CatalogImport:
     """Import a `tools/list` result. Each tool is checked on its own: a bad one is reported, not fatal.
 
     The list is the server's whole catalog: tools missing from it stop being current (their versions stay,
-    so records that name them keep their contract)."""
+    so records that name them keep their contract). What an operator decided before and this import does
+    not name is kept, never silently reset: trust (None: as it was; a new server is untrusted), the
+    connector (None: as it was), each tool's side-car extension (a tool not in `extensions` keeps its
+    stored one; `null` for a tool removes it)."""
     if not server:
         raise BadInput("invalid", "server: required, a non-empty string")
-    srv, _ = models.Server.objects.select_for_update().get_or_create(
-        name=server, defaults={"connector": dict(connector or {"kind": "python", "target": server})}
+    srv, created = models.Server.objects.select_for_update().get_or_create(
+        name=server, defaults={"connector": dict(connector or {"kind": "python"})}
     )
-    changed = []
-    if srv.annotations_trusted != annotations_trusted:
+    changed, kept = [], []
+    if annotations_trusted is None:
+        if not created and srv.annotations_trusted:
+            kept.append("annotations_trusted")
+    elif srv.annotations_trusted != annotations_trusted:
         srv.annotations_trusted = annotations_trusted
         changed.append("annotations_trusted")
-    if connector is not None and srv.connector != dict(connector):
+    if connector is None:
+        if not created:
+            kept.append("connector")
+    elif srv.connector != dict(connector):
         srv.connector = dict(connector)
         changed.append("connector")
+    sidecars = dict(srv.extensions or {})
+    for name, extension in (extensions or {}).items():
+        if extension is None:
+            sidecars.pop(name, None)
+        else:
+            sidecars[name] = extension
+    if sidecars != (srv.extensions or {}):
+        srv.extensions = sidecars
+        changed.append("extensions")
+    listed = {t.get("name") for t in tools if isinstance(t, Mapping)}
+    kept += [f"extensions.{n}" for n in sorted(sidecars) if n in listed and n not in (extensions or {})]
     if changed:
         srv.save(update_fields=[*changed, "updated_at"])
 
@@ -158,7 +181,7 @@ def catalog_import(
             results.append(ImportedTool(name, None, [], [problem], "invalid"))
             continue
         seen.add(name)
-        results.append(_import_tool(srv, tool, _extension_of(tool, (extensions or {}).get(name)), now))
+        results.append(_import_tool(srv, tool, _extension_of(tool, sidecars.get(name)), now))
 
     retired = list(
         models.ToolContract.objects.filter(server=srv, current=True)
@@ -171,13 +194,15 @@ def catalog_import(
         execution_id=None,
         body={
             "server": server,
-            "annotations_trusted": annotations_trusted,
+            "annotations_trusted": srv.annotations_trusted,
             "actor": actor,
             "tools": [{"name": t.name, "digest": t.contract_digest, "version": t.version} for t in results],
             "retired": retired,
+            "changed": changed,
+            "kept": kept,
         },
     )
-    return CatalogImport(srv, results, retired)
+    return CatalogImport(srv, results, retired, kept)
 
 
 def _import_tool(srv: models.Server, tool: Mapping[str, Any], extension: Any, now: datetime) -> ImportedTool:

@@ -27,12 +27,17 @@ class CatalogImportIn(serializers.Serializer):
     tools = Array(
         child=AnyJSON(), help_text="MCP Tool objects, as `tools/list` returns them", max_length=2000
     )
-    annotations_trusted = Flag(required=False, default=False)
+    annotations_trusted = Flag(
+        required=False,
+        help_text="trust the tools' annotations (readOnlyHint...); absent: as the server already is (a new"
+        " one is untrusted)",
+    )
     connector = ConnectorIn(required=False, help_text="how the execution gate reaches this server")
     extensions = Object(
         child=AnyJSON(),
         required=False,
-        help_text="side-car `x-preflight` per tool name (wins over the tool's own)",
+        help_text="side-car `x-preflight` per tool name (wins over the tool's own); a tool not named keeps"
+        " the side-car stored by an earlier import, `null` removes it",
     )
 
 
@@ -48,6 +53,11 @@ class CatalogImportOut(serializers.Serializer):
     server = serializers.CharField()
     tools = ImportedToolOut(many=True)
     retired = serializers.ListField(child=serializers.CharField(), help_text="tools no longer in the list")
+    kept = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="operator decisions this import did not name, carried over: annotations_trusted, connector,"
+        " extensions.<tool>",
+    )
 
 
 class CatalogImportView(APIView):
@@ -69,7 +79,7 @@ class CatalogImportView(APIView):
         result = services.catalog_import(
             server=v["server"],
             tools=v["tools"],
-            annotations_trusted=v["annotations_trusted"],
+            annotations_trusted=v.get("annotations_trusted"),
             connector=v.get("connector"),
             extensions=v.get("extensions"),
             actor=actor(request),
@@ -87,5 +97,6 @@ class CatalogImportView(APIView):
                 for t in result.tools
             ],
             "retired": result.retired,
+            "kept": result.kept,
         }
         return Response(CatalogImportOut(out).data, status=201)

@@ -210,6 +210,10 @@ def gap_report_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 # ---- catalog -------------------------------------------------------------------------------------------
 
 
+# A checkbox cannot say "leave it": unticked leaves a trusted server trusted; its page withdraws trust.
+_KEEPS_TRUST = "unticked keeps a server's current trust; withdraw trust on the server's page"
+
+
 class PastedImportForm(forms.Form):
     server = forms.CharField(max_length=200, help_text="the MCP server's name in this catalog")
     tools = forms.CharField(
@@ -217,7 +221,9 @@ class PastedImportForm(forms.Form):
         label="tools/list result (JSON)",
         help_text='{"tools": [...]}, a JSON-RPC answer carrying one, or a bare list of Tool objects',
     )
-    annotations_trusted = forms.BooleanField(required=False, label="trust this server's annotations")
+    annotations_trusted = forms.BooleanField(
+        required=False, label="trust this server's annotations", help_text=_KEEPS_TRUST
+    )
 
 
 class McpImportForm(forms.Form):
@@ -235,7 +241,9 @@ class McpImportForm(forms.Form):
     )
     url = forms.CharField(max_length=2000, required=False, help_text="e.g. https://tools.example.com/mcp")
     timeout_s = forms.FloatField(min_value=1, max_value=120, initial=15, label="timeout (s)")
-    annotations_trusted = forms.BooleanField(required=False, label="trust this server's annotations")
+    annotations_trusted = forms.BooleanField(
+        required=False, label="trust this server's annotations", help_text=_KEEPS_TRUST
+    )
 
 
 @require_GET
@@ -275,7 +283,8 @@ def catalog_import(request: HttpRequest) -> HttpResponse:
                 result = ops.catalog_import_pasted(
                     server=form.cleaned_data["server"],
                     text=form.cleaned_data["tools"],
-                    annotations_trusted=form.cleaned_data["annotations_trusted"],
+                    # Unticked is "not asked", not "distrust": a re-import never drops trust silently.
+                    annotations_trusted=form.cleaned_data["annotations_trusted"] or None,
                     user=request.user,  # type: ignore[arg-type]
                 )
             except ops.PastedCatalogError as exc:
@@ -307,7 +316,7 @@ def catalog_import_mcp(request: HttpRequest) -> HttpResponse:
                 result = ops.catalog_import_from_mcp(
                     server=d["server"],
                     connector=connector,
-                    annotations_trusted=d["annotations_trusted"],
+                    annotations_trusted=d["annotations_trusted"] or None,
                     timeout_s=d["timeout_s"],
                     user=request.user,  # type: ignore[arg-type]
                 )

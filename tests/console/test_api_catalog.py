@@ -113,6 +113,52 @@ def test_an_extension_in_meta_or_a_side_car_is_read(quick_operator: Agent) -> No
         assert "cond:not_to_self" in {o["key"] for o in tool["obligations"]}
 
 
+def test_a_reimport_that_names_no_trust_keeps_the_servers_trust(quick_operator: Agent) -> None:
+    trusted = imported(quick_operator, [GET_BALANCE], annotations_trusted=True).json()["tools"][0]
+
+    again = imported(quick_operator, [GET_BALANCE]).json()
+
+    assert again["tools"][0]["contract_digest"] == trusted["contract_digest"]
+    assert again["tools"][0]["version"] == "unchanged"
+    assert "annotations_trusted" in again["kept"]
+    assert models.Server.objects.get(name="bank").annotations_trusted is True
+
+
+def test_withdrawing_trust_takes_an_explicit_false(quick_operator: Agent) -> None:
+    imported(quick_operator, [GET_BALANCE], annotations_trusted=True)
+
+    withdrawn = imported(quick_operator, [GET_BALANCE], annotations_trusted=False).json()
+
+    assert withdrawn["tools"][0]["version"] == "new"
+    assert models.Server.objects.get(name="bank").annotations_trusted is False
+    assert models.AuditEvent.objects.filter(kind="catalog_import").latest("seq").body["changed"] == [
+        "annotations_trusted"
+    ]
+
+
+def test_a_reimport_without_side_cars_keeps_each_tools_stored_side_car(quick_operator: Agent) -> None:
+    plain = copy.deepcopy(TRANSFER)
+    extension = plain.pop("x-preflight")
+    first = imported(quick_operator, [plain], extensions={"transfer": extension}).json()["tools"][0]
+
+    again = imported(quick_operator, [plain]).json()
+
+    assert again["tools"][0]["contract_digest"] == first["contract_digest"]
+    assert "cond:not_to_self" in {o["key"] for o in again["tools"][0]["obligations"]}
+    assert "extensions.transfer" in again["kept"]
+
+
+def test_a_side_car_given_as_null_is_removed(quick_operator: Agent) -> None:
+    plain = copy.deepcopy(TRANSFER)
+    extension = plain.pop("x-preflight")
+    imported(quick_operator, [plain], extensions={"transfer": extension})
+
+    removed = imported(quick_operator, [plain], extensions={"transfer": None}).json()
+
+    assert "cond:not_to_self" not in {o["key"] for o in removed["tools"][0]["obligations"]}
+    assert models.Server.objects.get(name="bank").extensions == {}
+
+
 def test_an_import_needs_a_server_and_a_list_of_tools(quick_operator: Agent) -> None:
     response = quick_operator.post("/api/v1/catalog/import", {"server": 3, "tools": {}})
 

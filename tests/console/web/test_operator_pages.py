@@ -431,3 +431,15 @@ def test_reusing_a_version_for_other_rules_is_refused_on_the_page(client: Client
     response = client.post("/rules/org/edit/", {"text": json.dumps(changed, indent=2), "action": "save"})
     assert response.status_code == 422
     assert b"already exists with other rules" in response.content
+
+
+def test_a_pasted_reimport_with_the_trust_box_unticked_keeps_the_servers_trust(
+    client: Client, operator: Any
+) -> None:
+    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=True, actor="test")
+
+    response = client.post("/catalog/import/", {"server": "bank", "tools": json.dumps({"tools": [TRANSFER]})})
+
+    assert response.status_code == 201
+    assert models.Server.objects.get(name="bank").annotations_trusted is True
+    assert models.ToolContract.objects.get(name="transfer", current=True).annotations_trusted is True
