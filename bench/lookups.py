@@ -320,6 +320,7 @@ def celery_runs(
         "PREFLIGHT_SIGNING_KEY_PATH": str(key),
         "PREFLIGHT_ALLOWED_HOSTS": "testserver,127.0.0.1,localhost",
         "PREFLIGHT_EAGER_TASKS": "false",
+        "PREFLIGHT_HTTP_ALLOW": "127.0.0.1,localhost",  # the loopback measure server, on any port
         "PREFLIGHT_LOG_LEVEL": "WARNING",
         "DJANGO_SETTINGS_MODULE": "console.settings",
     }

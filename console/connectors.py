@@ -12,14 +12,17 @@ Failure classes, the distinction the execution gate records:
   The side effect may have happened, so nobody may retry it blindly.
 - ``MeasureFailed``: a lookup produced no trustworthy value. Always an ``error`` finding (fail closed).
 
-Connectors (plain data, stored with the server's catalog entry)::
+Connectors (plain data, stored with the server's catalog entry; `checked_connector` is the one shape)::
 
     {"kind": "python"}
-    {"kind": "mcp_stdio", "command": ["python", "-m", "console.demo.bank"], "env": {...}, "cwd": "..."}
-    {"kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp", "headers": {"Authorization": "Bearer ..."}}
+    {"kind": "mcp_stdio", "command": ["python", "-m", "console.demo.bank"]}
+    {"kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp"}
 
+A stdio command must equal a PREFLIGHT_MCP_STDIO_ALLOW line; its environment and directory are the
+deployment's, never a connector's. An HTTP URL's host must be in PREFLIGHT_HTTP_ALLOW (console/egress.py).
 Either MCP kind may carry ``connect_timeout_s``; otherwise connecting gets ``max(timeout_s, 10 s)``, because
-spawning a server process has a fixed cost that says nothing about how long the tool itself may take.
+spawning a server process has a fixed cost that says nothing about how long the tool itself may take. Any
+kind may carry ``timeout_s`` (the tool call's).
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ import queue
 import re
 import select
 import selectors
-import shlex
 import socket
 import ssl
 import sys
@@ -56,6 +58,8 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import anyio
 from django.conf import settings
+
+from console import egress
 
 if TYPE_CHECKING:
     import h11
@@ -244,11 +248,120 @@ def _connect_timeout(connector: Mapping[str, Any], timeout_s: float) -> float:
 
 
 def stdio_command_allowed(command: Sequence[str]) -> bool:
-    """Whether this host may start `command` as an MCP server: it must begin with one of the command lines of
-    PREFLIGHT_MCP_STDIO_ALLOW. A stdio connector runs a program as this server's user, and the catalog
-    import form takes its command from an operator, so which programs may run is the deployment's decision."""
-    argv = list(command)
-    return any(argv[: len(prefix)] == prefix for prefix in settings.PREFLIGHT_MCP_STDIO_ALLOW)
+    """Whether this host may start `command` as an MCP server: it must equal one of the command lines of
+    PREFLIGHT_MCP_STDIO_ALLOW (extra arguments are code too: `-c`, `--config`)."""
+    try:
+        egress.check_command(list(command))
+    except egress.EgressRefused:
+        return False
+    return True
+
+
+# The keys each connector kind may carry. Anything else (env, cwd, args, headers, target) is refused, never
+# ignored: a field that is silently dropped is one an attacker learns to smuggle.
+_CONNECTOR_KEYS = {
+    "python": frozenset({"kind", "timeout_s"}),
+    "mcp_stdio": frozenset({"kind", "command", "timeout_s", "connect_timeout_s"}),
+    "mcp_http": frozenset({"kind", "url", "timeout_s", "connect_timeout_s"}),
+}
+_TIMEOUT_LIMITS = {"timeout_s": 300.0, "connect_timeout_s": 120.0}
+
+
+def checked_connector(connector: Any, *, what: str = "connector") -> dict[str, Any]:
+    """The connector as stored, when its shape is the one documented above and the deployment allows where it
+    leads; otherwise egress.EgressRefused (`invalid_connector`, `command_not_allowed`, `host_not_allowed`).
+    Run when an operator configures one and again before every connection."""
+    if not isinstance(connector, Mapping):
+        raise egress.EgressRefused("invalid_connector", f"{what}: an object with a kind")
+    kind = connector.get("kind")
+    if not isinstance(kind, str) or kind not in _CONNECTOR_KEYS:
+        raise egress.EgressRefused("invalid_connector", f"{what}.kind: one of {', '.join(_CONNECTOR_KEYS)}")
+    extra = sorted(str(k) for k in connector if k not in _CONNECTOR_KEYS[kind])
+    if extra:
+        raise egress.EgressRefused(
+            "invalid_connector",
+            f"{what}.{extra[0]}: not accepted for {kind} (a stdio server's environment, directory and"
+            " arguments are the deployment's: PREFLIGHT_MCP_STDIO_ALLOW, _ENV, _CWD)",
+        )
+    out: dict[str, Any] = {"kind": kind}
+    for key, limit in _TIMEOUT_LIMITS.items():
+        if key in connector:
+            value = connector[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= limit:
+                raise egress.EgressRefused(
+                    "invalid_connector", f"{what}.{key}: a number above 0, at most {limit:g}"
+                )
+            out[key] = value
+    if kind == "mcp_stdio":
+        out["command"] = egress.check_command(connector.get("command"), what=f"{what}.command")
+    elif kind == "mcp_http":
+        egress.check_url(connector.get("url"), what=f"{what}.url")
+        out["url"] = connector["url"]
+    return out
+
+
+def _allow_listed(connector: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return checked_connector(connector)
+    except egress.EgressRefused as exc:
+        raise ToolCallFailed(f"{exc.code}: {exc.detail}") from None
+
+
+class _AllowListedBackend:
+    """httpcore's AnyIO network backend, connecting only to addresses the allow-list admits: the host is
+    resolved once here, each address checked, and the socket opened to a checked address (never a second
+    resolution a rebinding DNS server could answer differently). TLS still verifies the URL's host name."""
+
+    def __init__(self) -> None:
+        import httpcore2
+
+        self._backend = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> Any:
+        name = egress._normal_host(host.strip("[]")) or host
+        if not any(e.host == name and e.port in (None, port) for e in egress.allowed_hosts()):
+            raise egress.EgressRefused("host_not_allowed", f"{host}:{port} is not in PREFLIGHT_HTTP_ALLOW")
+        infos = await anyio.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        checked = egress.check_addresses(name, port, infos)
+        return await self._backend.connect_tcp(
+            str(checked[0][4][0]),
+            port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+        raise egress.EgressRefused("host_not_allowed", "unix sockets are not reachable from a connector")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+def _allow_listed_http_client() -> Any:
+    """An httpx client for MCP over HTTP: no proxies from the environment (the allow-list is about where the
+    bytes go), no redirects, connections only through `_AllowListedBackend`."""
+    import httpcore2
+    import httpx2
+
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    # httpx builds its pool without a way to pass a network backend; this pool is the one it would build,
+    # with ours. tests/console/test_egress.py proves a rebinding name reaches nothing through it.
+    transport._pool = httpcore2.AsyncConnectionPool(
+        ssl_context=httpx2.create_ssl_context(trust_env=False), network_backend=_AllowListedBackend()
+    )
+    # Per-operation limits as generous as the SDK's default client: the cancel scope around the whole
+    # exchange is what bounds it.
+    return httpx2.AsyncClient(
+        transport=transport, follow_redirects=False, trust_env=False, timeout=httpx2.Timeout(30.0, read=300.0)
+    )
 
 
 async def _open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errlog: TextIO | None) -> Any:
@@ -257,46 +370,25 @@ async def _open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errl
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
-    kind = connector.get("kind")
+    # Checked again here, whatever was checked when it was stored: the row may predate the allow-lists.
+    connector = _allow_listed(connector)
+    kind = connector["kind"]
     transport: Any
     if kind == "mcp_stdio":
-        command = connector.get("command")
-        if (
-            not isinstance(command, list | tuple)
-            or not command
-            or not all(isinstance(c, str) for c in command)
-        ):
-            raise ToolCallFailed("mcp_stdio connector needs 'command': a non-empty list of strings")
-        if not stdio_command_allowed(command):
-            raise ToolCallFailed(
-                f"stdio command {shlex.join(command)!r} is not allowed on this host"
-                " (PREFLIGHT_MCP_STDIO_ALLOW)"
-            )
-        env = connector.get("env")
+        command = connector["command"]
         params = StdioServerParameters(
             command=command[0],
             args=list(command[1:]),
-            env={str(k): str(v) for k, v in env.items()} if env else None,
-            cwd=connector.get("cwd"),
+            env=egress.stdio_environment(),
+            cwd=str(settings.PREFLIGHT_MCP_STDIO_CWD),
         )
         # stdio_client directly rather than Client(StdioServerParameters): only this way can the server's
         # stderr be captured, and a server that dies at start-up explains itself there.
         transport = stdio_client(params, errlog=errlog or sys.stderr)
     elif kind == "mcp_http":
-        url = connector.get("url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ToolCallFailed("mcp_http connector needs 'url': an http(s) URL")
-        import httpx2
-
-        headers = connector.get("headers")
-        # Per-operation limits as generous as the SDK's default client: the cancel scope around the whole
-        # exchange is what bounds it.
-        http_client = httpx2.AsyncClient(
-            headers={str(k): str(v) for k, v in headers.items()} if headers else None,
-            timeout=httpx2.Timeout(30.0, read=300.0),
-        )
+        http_client = _allow_listed_http_client()
         await stack.enter_async_context(http_client)
-        transport = streamable_http_client(url, http_client=http_client)
+        transport = streamable_http_client(connector["url"], http_client=http_client)
     else:
         raise ToolCallFailed(f"unknown connector kind {kind!r}")
 
@@ -593,6 +685,10 @@ def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float
     """
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise MeasureFailed("http measure needs 'url': an http(s) URL")
+    try:
+        egress.check_url(url)
+    except egress.EgressRefused as exc:
+        raise MeasureFailed(f"{exc.code}: {exc.detail}") from None
     body = json.dumps({"measure": name, "args": dict(args)}, allow_nan=False).encode()
     call: _Call | _HttpExchange | None = _proxied_call(url, body, timeout_s)
     if call is None:
@@ -640,6 +736,8 @@ def _proxied_call(url: str, body: bytes, timeout_s: float) -> _Call | None:
     opener = _opener()
 
     def fetch() -> tuple[int, bytes]:
+        # Through a proxy the name was checked (`_http_measure`), and the proxy resolves it: the address
+        # check is the proxy's (this host may not resolve outside names at all).
         try:
             with opener.open(request, timeout=timeout_s) as response:
                 return response.status, response.read(MAX_MEASURE_BODY_BYTES + 1)
@@ -1089,7 +1187,7 @@ class _HttpExchange:
         request = head + f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
         tls = _tls_context() if https else None
         exchange = cls(request, host, port, tls, timeout_s)
-        exchange._addresses = None if addresses is None else list(addresses)
+        exchange._addresses = None if addresses is None else egress.check_addresses(host, port, addresses)
         _http_loop.call_soon(exchange, exchange._begin)
         return exchange
 
@@ -1145,6 +1243,8 @@ class _HttpExchange:
 
         try:
             infos = socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
+            # Checked once resolved, and these are the addresses connected to: no second resolution.
+            infos = egress.check_addresses(self._host, self._port, infos)
         except Exception as exc:
             _http_loop.call_soon(self, functools.partial(resolved, None, exc))
         else:

@@ -7,6 +7,7 @@ rather than silently fall back to a default that would run the gate in a differe
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -94,3 +95,27 @@ def env_path(name: str, default: Path) -> Path:
         # A relative path would depend on the directory the server happened to start in.
         raise _bad(name, value, "an absolute path")
     return path
+
+
+def env_hosts(name: str, default: list[str]) -> tuple[Any, ...]:
+    """A comma-separated list of `host` or `host:port` (IPv6 in brackets), as console.egress.AllowedHost."""
+    from console.egress import parse_allowed_hosts
+
+    try:
+        return parse_allowed_hosts(env_list(name, default))
+    except ValueError as exc:
+        raise _bad(name, _raw(name) or ",".join(default), f"host or host:port entries ({exc})") from None
+
+
+def env_assignments(name: str, default: dict[str, str]) -> dict[str, str]:
+    """A comma-separated list of NAME=value."""
+    value = _raw(name)
+    if value is None:
+        return dict(default)
+    out = {}
+    for item in env_list(name, []):
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise _bad(name, value, "NAME=value entries")
+        out[key.strip()] = val
+    return out

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Min
 from django.utils import timezone
 
-from console import connectors, models, records, services
+from console import connectors, egress, models, records, services
 from console.audit import audit_append
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from preflight import ChecklistError, Evidence, ExecutionRequest, compile_plan, load_rules, preflight
@@ -428,18 +428,20 @@ def mcp_connector(*, kind: str, command: str = "", url: str = "") -> dict[str, A
             raise BadInput("invalid", f"command: {exc}") from None
         if not argv:
             raise BadInput("invalid", "command: required for a stdio server")
-        if not connectors.stdio_command_allowed(argv):
-            raise BadInput(
-                "invalid",
-                "command: not allowed on this host (the deployment lists them in PREFLIGHT_MCP_STDIO_ALLOW)",
+        spec: dict[str, Any] = {"kind": "mcp_stdio", "command": argv}
+    elif kind == "mcp_http":
+        spec = {"kind": "mcp_http", "url": url.strip()}
+    else:
+        raise BadInput("invalid", "kind: mcp_stdio or mcp_http")
+    try:
+        return connectors.checked_connector(spec)
+    except egress.EgressRefused as exc:
+        detail = exc.detail.removeprefix("connector.")
+        if exc.code == "command_not_allowed":
+            detail = (
+                "command: not allowed on this host (the deployment lists them in PREFLIGHT_MCP_STDIO_ALLOW)"
             )
-        return {"kind": "mcp_stdio", "command": argv}
-    if kind == "mcp_http":
-        url = url.strip()
-        if not url.startswith(("http://", "https://")):
-            raise BadInput("invalid", "url: an http:// or https:// URL")
-        return {"kind": "mcp_http", "url": url}
-    raise BadInput("invalid", "kind: mcp_stdio or mcp_http")
+        raise (BadInput if exc.code == "invalid_connector" else Unprocessable)(exc.code, detail) from None
 
 
 def catalog_import_from_mcp(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -23,7 +23,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console import connectors, models, records
+from console import connectors, egress, models, records
 from console.audit import audit_append, audit_batch
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from console.signing import signer, verification_keys
@@ -133,6 +133,8 @@ def catalog_import(
     stored one; `null` for a tool removes it)."""
     if not server:
         raise BadInput("invalid", "server: required, a non-empty string")
+    if connector is not None:
+        connector = _checked(connectors.checked_connector, connector)
     srv, created = models.Server.objects.select_for_update().get_or_create(
         name=server, defaults={"connector": dict(connector or {"kind": "python"})}
     )
@@ -270,13 +272,15 @@ def measure_create(
     config: Mapping[str, Any] | None = None,
     actor: str,
 ) -> tuple[models.Measure, bool]:
-    """Register (or redefine) a lookup. Returns (measure, created)."""
+    """Register (or redefine) a lookup. Returns (measure, created). Where it leads is checked against the
+    deployment's allow-lists here and again on every lookup (console/egress.py)."""
     if kind not in models.Measure.KINDS:
         raise BadInput("invalid", f"kind: one of {', '.join(models.Measure.KINDS)}")
-    if kind in ("http", "mcp") and not url:
+    if kind == "http" and not url:
         raise BadInput("invalid", f"url: required for a {kind} measure")
     if not 0 < timeout_s <= 60:
         raise BadInput("invalid", "timeout_s: more than 0 and at most 60 seconds")
+    config = _checked(_measure_config, kind, url, dict(config or {}))
     measure, created = models.Measure.objects.update_or_create(
         name=name, defaults={"kind": kind, "url": url, "timeout_s": timeout_s, "config": dict(config or {})}
     )
@@ -293,6 +297,49 @@ def measure_create(
         },
     )
     return measure, created
+
+
+def _checked(check: Callable[..., Any], *args: Any) -> Any:
+    """`check`'s answer; its egress refusal as the API's error (400 for a shape, 422 for a place)."""
+    try:
+        return check(*args)
+    except egress.EgressRefused as exc:
+        error = BadInput if exc.code == "invalid_connector" else Unprocessable
+        raise error(exc.code, exc.detail) from None
+
+
+# What each measure kind's config may hold: anything else is refused rather than stored unread.
+_MEASURE_CONFIG = {
+    "http": frozenset(),
+    "python": frozenset({"lookup"}),
+    "mcp": frozenset({"connector", "tool", "field"}),
+}
+
+
+def _measure_config(kind: str, url: str, config: dict[str, Any]) -> dict[str, Any]:
+    extra = sorted(set(config) - _MEASURE_CONFIG[kind])
+    if extra:
+        raise egress.EgressRefused(
+            "invalid_connector", f"config.{extra[0]}: not accepted for a {kind} measure"
+        )
+    if kind == "http":
+        egress.check_url(url)
+    elif kind == "mcp":
+        if url:
+            raise egress.EgressRefused(
+                "invalid_connector", "url: an mcp measure's server is config.connector"
+            )
+        config["connector"] = connectors.checked_connector(
+            config.get("connector"), what="config.connector"
+        )
+        if config["connector"]["kind"] == "python":
+            raise egress.EgressRefused("invalid_connector", "config.connector.kind: mcp_stdio or mcp_http")
+        for key in ("tool", "field"):
+            if (key in config or key == "tool") and not (isinstance(config.get(key), str) and config[key]):
+                raise egress.EgressRefused("invalid_connector", f"config.{key}: a tool's name, a string")
+    elif kind == "python" and "lookup" in config and not isinstance(config["lookup"], str):
+        raise egress.EgressRefused("invalid_connector", "config.lookup: a registered lookup's name")
+    return config
 
 
 @transaction.atomic

@@ -4,6 +4,7 @@ Embedded mode is what you get with no DATABASE_URL: SQLite under var/, lookups r
 DEBUG on. Setting DATABASE_URL switches to server mode: PostgreSQL, a real broker, DEBUG off unless asked.
 """
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -11,7 +12,16 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import env_bool, env_command_lines, env_int, env_list, env_path, env_str
+from console.env import (
+    env_assignments,
+    env_bool,
+    env_command_lines,
+    env_hosts,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -178,16 +188,32 @@ PREFLIGHT_GRANT_TTL_S = env_int("PREFLIGHT_GRANT_TTL_S", 300)
 PREFLIGHT_TOOL_TIMEOUT_S = env_int("PREFLIGHT_TOOL_TIMEOUT_S", 30)
 
 # MCP servers this host may start over stdio, as comma-separated command lines (shell-quoted); a connector's
-# command must begin with one of them. A stdio connector runs a program as this server's user and the import
-# form takes the command from an operator, so the deployment names what may run. Default: the bundled demo
-# servers only.
+# command must equal one of them exactly: no extra arguments (an interpreter's -c, a server's --config are
+# code), no env and no cwd from a connector. A stdio connector runs a program as this server's user, so the
+# deployment names what may run. Default: the bundled demo servers only.
 PREFLIGHT_MCP_STDIO_ALLOW = env_command_lines(
     "PREFLIGHT_MCP_STDIO_ALLOW",
     [
-        f"{shlex.quote(python)} -m console.demo.{demo}"
+        f"{shlex.quote(python)} -m console.demo.{demo}{transport}"
         for python in dict.fromkeys(("python", "python3", sys.executable))
         for demo in ("bank", "shop")
+        for transport in ("", " --transport stdio")
     ],
+)
+# The whole environment a stdio server starts with (NAME=value, comma-separated; over the MCP SDK's own short
+# list of inherited names, HOME LOGNAME PATH SHELL TERM USER): never this process's secrets, never a
+# connector's. And the directory it starts in.
+PREFLIGHT_MCP_STDIO_ENV = env_assignments(
+    "PREFLIGHT_MCP_STDIO_ENV",
+    {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"},
+)
+PREFLIGHT_MCP_STDIO_CWD = env_path("PREFLIGHT_MCP_STDIO_CWD", BASE_DIR)
+# Hosts HTTP lookups and MCP HTTP connectors may reach: comma-separated `host` (any port) or `host:port`,
+# checked on the URL as written and again on every address it resolves to (console/egress.py). Redirects are
+# never followed. Default: the demo's loopback MCP servers only.
+PREFLIGHT_HTTP_ALLOW = env_hosts(
+    "PREFLIGHT_HTTP_ALLOW",
+    [f"{host}:{port}" for host in ("127.0.0.1", "localhost") for port in (8765, 8766)],
 )
 
 # Auth

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,9 +17,27 @@ from console.models import Server
 
 
 class ConnectorIn(serializers.Serializer):
+    """The one connector shape (console/connectors.py `checked_connector`), as the schema documents it."""
+
     kind = serializers.ChoiceField(choices=list(Server.CONNECTOR_KINDS))
-    target = AnyJSON(required=False, help_text="python: a registry name; mcp_stdio: argv; mcp_http: a URL")
-    timeout_s = serializers.FloatField(required=False, min_value=0.1, max_value=300)
+    command = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="mcp_stdio: the argv, equal to one of the deployment's PREFLIGHT_MCP_STDIO_ALLOW command"
+        " lines (no extra arguments; no env or cwd: the deployment's PREFLIGHT_MCP_STDIO_ENV and _CWD apply)",
+    )
+    url = serializers.CharField(
+        required=False,
+        help_text="mcp_http: the streamable HTTP endpoint; its host must be in PREFLIGHT_HTTP_ALLOW",
+    )
+    timeout_s = serializers.FloatField(required=False, help_text="the tool call's limit, at most 300")
+    connect_timeout_s = serializers.FloatField(required=False, help_text="MCP: connecting, at most 120")
+
+
+@extend_schema_field(ConnectorIn)
+class ConnectorField(AnyJSON):
+    """Passed whole to the service, which refuses any field it does not know (`invalid_connector`) rather
+    than dropping it: a serializer would silently drop `env`, `cwd`, `args`."""
 
 
 class CatalogImportIn(serializers.Serializer):
@@ -32,7 +50,11 @@ class CatalogImportIn(serializers.Serializer):
         help_text="trust the tools' annotations (readOnlyHint...); absent: as the server already is (a new"
         " one is untrusted)",
     )
-    connector = ConnectorIn(required=False, help_text="how the execution gate reaches this server")
+    connector = ConnectorField(
+        required=False,
+        allow_null=False,
+        help_text="how the execution gate reaches this server; absent: as it was (a new server: python)",
+    )
     extensions = Object(
         child=AnyJSON(),
         required=False,

@@ -31,11 +31,12 @@ from console import connectors
 from console.connectors import MeasureFailed, OutcomeUnknown, ToolCallFailed
 from console.demo import bank, shop
 from console.demo._server import build_server
+from console.egress import parse_allowed_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 BOB = "DE02120300000000202051"
 ALICE = "DE89370400440532013000"
-BANK_STDIO = {"kind": "mcp_stdio", "command": [sys.executable, "-m", "console.demo.bank"], "cwd": str(REPO)}
+BANK_STDIO = {"kind": "mcp_stdio", "command": [sys.executable, "-m", "console.demo.bank"]}
 
 
 # ------------------------------------------------------------------------------------------ local endpoints
@@ -608,7 +609,7 @@ def test_http_measure_fails_when_the_server_hangs_up_without_answering(raw_serve
 
 
 def test_http_measure_refuses_a_url_with_a_space_before_sending_anything(raw_server: RawServer) -> None:
-    with pytest.raises(MeasureFailed, match="InvalidURL: URL can't contain control characters"):
+    with pytest.raises(MeasureFailed, match="a URL with spaces, control characters or backslashes"):
         connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/a b"), {})
 
     assert raw_server.requests == []
@@ -652,7 +653,8 @@ def test_http_measure_resolves_a_host_name_off_the_loop_thread(
     assert resolved_on == ["preflight-connector"]  # a runner thread: DNS never holds up the loop
 
 
-def test_http_measure_of_a_host_that_does_not_resolve_fails_with_the_resolver_error() -> None:
+def test_http_measure_of_a_host_that_does_not_resolve_fails_with_the_resolver_error(settings: Any) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["preflight-lookup.invalid"])
     with pytest.raises(MeasureFailed, match="request failed: gaierror"):
         connectors.run_measure(raw_measure("http://preflight-lookup.invalid/"), {})
 
@@ -776,7 +778,10 @@ def fake_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProxy]:
         connectors._opener.cache_clear()
 
 
-def test_http_measure_goes_through_the_proxy_the_environment_names(fake_proxy: FakeProxy) -> None:
+def test_http_measure_goes_through_the_proxy_the_environment_names(
+    fake_proxy: FakeProxy, settings: Any
+) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["lookup.invalid"])
     value, _ = connectors.run_measure(raw_measure("http://lookup.invalid/measure"), {"account": BOB})
 
     assert value == "via proxy"
@@ -1084,24 +1089,25 @@ def test_a_stdio_command_the_host_does_not_allow_is_refused_without_being_starte
     marker = tmp_path / "ran"
     command = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
 
-    with pytest.raises(ToolCallFailed, match="not allowed on this host"):
+    with pytest.raises(ToolCallFailed, match="command_not_allowed"):
         connectors.call_tool({"kind": "mcp_stdio", "command": command}, "x", "y", {}, timeout_s=5)
-    with pytest.raises(ToolCallFailed, match="not allowed on this host"):
+    with pytest.raises(ToolCallFailed, match="command_not_allowed"):
         connectors.list_tools({"kind": "mcp_stdio", "command": command}, timeout_s=5)
     measure = {
         "name": "m",
         "kind": "mcp",
         "config": {"connector": {"kind": "mcp_stdio", "command": command}, "tool": "t"},
     }
-    with pytest.raises(MeasureFailed, match="not allowed on this host"):
+    with pytest.raises(MeasureFailed, match="command_not_allowed"):
         connectors.run_measure(measure, {})
     assert not marker.exists()
 
 
-def test_an_allowed_prefix_admits_extra_arguments_but_not_another_program(settings: Any) -> None:
+def test_an_allowed_command_admits_no_extra_arguments_and_no_other_program(settings: Any) -> None:
     settings.PREFLIGHT_MCP_STDIO_ALLOW = [["/opt/mcp/server"]]
 
-    assert connectors.stdio_command_allowed(["/opt/mcp/server", "--readonly"])
+    assert connectors.stdio_command_allowed(["/opt/mcp/server"])
+    assert not connectors.stdio_command_allowed(["/opt/mcp/server", "--readonly"])
     assert not connectors.stdio_command_allowed(["/opt/mcp/server-evil"])
     assert not connectors.stdio_command_allowed(["sh", "-c", "/opt/mcp/server"])
 

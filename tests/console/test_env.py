@@ -3,7 +3,17 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import env_bool, env_command_lines, env_int, env_list, env_path, env_str
+from console.egress import AllowedHost
+from console.env import (
+    env_assignments,
+    env_bool,
+    env_command_lines,
+    env_hosts,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+)
 
 
 def test_an_integer_variable_is_read_as_an_int(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,3 +99,47 @@ def test_a_relative_path_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     expected = r"PREFLIGHT_TEST_PATH='var/key.pem' is not an absolute path"
     with pytest.raises(ImproperlyConfigured, match=expected):
         env_path("PREFLIGHT_TEST_PATH", Path("/unused"))
+
+
+def test_an_http_allow_list_is_read_as_hosts_with_optional_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_TEST_HOSTS", "api.example.com, 10.0.0.5:8443,[::1]:9")
+
+    assert env_hosts("PREFLIGHT_TEST_HOSTS", []) == (
+        AllowedHost("api.example.com", None),
+        AllowedHost("10.0.0.5", 8443),
+        AllowedHost("::1", 9),
+    )
+
+
+def test_a_malformed_http_allow_list_fails_loudly_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PREFLIGHT_TEST_HOSTS", "http://api.example.com")
+
+    with pytest.raises(ImproperlyConfigured, match=r"PREFLIGHT_TEST_HOSTS='http://api.example.com'"):
+        env_hosts("PREFLIGHT_TEST_HOSTS", [])
+
+
+def test_the_default_http_allow_list_is_the_demos_loopback_servers_only() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import django; django.setup(); from django.conf import settings;"
+        " print(sorted(map(str, settings.PREFLIGHT_HTTP_ALLOW)))"
+    )
+    env = {"DJANGO_SETTINGS_MODULE": "console.settings", "PREFLIGHT_DEBUG": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+
+    assert out.strip() == str(["127.0.0.1:8765", "127.0.0.1:8766", "localhost:8765", "localhost:8766"])
+
+
+def test_a_stdio_environment_is_name_value_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_TEST_ENV", "PATH=/usr/bin:/bin,LANG=C.UTF-8")
+
+    assert env_assignments("PREFLIGHT_TEST_ENV", {}) == {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    monkeypatch.setenv("PREFLIGHT_TEST_ENV", "PATH")
+    with pytest.raises(ImproperlyConfigured, match="PREFLIGHT_TEST_ENV"):
+        env_assignments("PREFLIGHT_TEST_ENV", {})

@@ -81,6 +81,8 @@ def celery_worker(
         "PREFLIGHT_SIGNING_KEY_PATH": str(signing_key_path),
         "PREFLIGHT_SECRET_KEY": os.environ.get("PREFLIGHT_SECRET_KEY") or "test-only-not-a-secret",
         "PREFLIGHT_EAGER_TASKS": "false",
+        # The loopback measure servers these tests start, on whatever port they get.
+        "PREFLIGHT_HTTP_ALLOW": "127.0.0.1,localhost",
         "PREFLIGHT_LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
     }

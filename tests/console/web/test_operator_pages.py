@@ -13,6 +13,7 @@ from operator_support import import_catalog, make_gaps, user_with
 
 from console import connectors, models, services
 from console import operator_services as ops
+from console.egress import parse_allowed_hosts
 
 pytestmark = pytest.mark.django_db
 
@@ -262,7 +263,10 @@ def test_a_pasted_text_that_is_not_json_names_the_line(client: Client, operator:
     assert not models.Server.objects.exists()
 
 
-def test_importing_from_an_mcp_server(client: Client, operator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_importing_from_an_mcp_server(
+    client: Client, operator: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["tools.example"])
     seen: dict[str, Any] = {}
 
     def fake_list(connector: Any, *, timeout_s: float) -> list[dict[str, Any]]:
@@ -443,3 +447,27 @@ def test_a_pasted_reimport_with_the_trust_box_unticked_keeps_the_servers_trust(
     assert response.status_code == 201
     assert models.Server.objects.get(name="bank").annotations_trusted is True
     assert models.ToolContract.objects.get(name="transfer", current=True).annotations_trusted is True
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        {"kind": "mcp_http", "url": "http://169.254.169.254/latest/meta-data"},
+        {"kind": "mcp_http", "url": "http://127.0.0.1:6379/"},
+        {"kind": "mcp_stdio", "command": "python -c 'import os; os.system(\"id\")'"},
+        {"kind": "mcp_stdio", "command": "python -m console.demo.bank --config /etc/passwd"},
+    ],
+)
+def test_an_mcp_import_the_deployment_does_not_allow_is_refused_before_connecting(
+    client: Client, operator: Any, monkeypatch: pytest.MonkeyPatch, form: dict[str, str], settings: Any
+) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["127.0.0.1:8765"])  # as a deployment's default
+    listed: list[Any] = []
+    monkeypatch.setattr(connectors, "list_tools", lambda connector, **kw: listed.append(connector) or [])
+
+    response = client.post("/catalog/import/mcp/", {"server": "evil", "timeout_s": "5", **form})
+
+    assert response.status_code == 422
+    assert b"PREFLIGHT_" in response.content
+    assert listed == []
+    assert not models.Server.objects.exists()

@@ -1,0 +1,175 @@
+"""The agent API describes a working MCP connector, and a connector is never a way to run code."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from console_helpers import TRANSFER, Agent, Downstream, make_operator, transfer_request
+from django.conf import settings as django_settings
+
+from console import connectors, models, services
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE = [sys.executable, str(REPO / "tests" / "console" / "mcp_probe_server.py")]
+# What a stdio server may see of the environment: the deployment's names and the MCP SDK's short list.
+MINIMAL_ENV = {"PATH", "LANG", "PYTHONUNBUFFERED", "HOME", "LOGNAME", "SHELL", "TERM", "USER", "LC_CTYPE"}
+
+
+@pytest.fixture
+def probe_allowed(settings: Any) -> list[str]:
+    settings.PREFLIGHT_MCP_STDIO_ALLOW = [PROBE]
+    return PROBE
+
+
+def configuration() -> list[Any]:
+    return [
+        list(models.Server.objects.order_by("pk").values()),
+        list(models.ToolContract.objects.order_by("pk").values("pk", "digest", "current")),
+        list(models.Measure.objects.order_by("pk").values()),
+        models.AuditEvent.objects.count(),
+    ]
+
+
+def test_an_api_imported_stdio_connector_runs_the_granted_call_on_a_real_mcp_server(
+    agent: Agent, downstream: Downstream, probe_allowed: list[str]
+) -> None:
+    operator = make_operator()
+    connector = {"kind": "mcp_stdio", "command": probe_allowed}
+    imported = operator.post(
+        "/api/v1/catalog/import",
+        {"server": "bank", "tools": [TRANSFER], "annotations_trusted": True, "connector": connector},
+    )
+    assert imported.status_code == 201, imported.json()
+    assert operator.post("/api/v1/measures", {"name": "bank.balance", "kind": "python"}).status_code == 201
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+    assert record["verdict"] == "execute", record
+
+    run = agent.post(f"/api/v1/executions/{record['id']}/run", {"grant": record["grant"]}).json()
+
+    assert run["outcome"] == "executed", run
+    seen = run["result"]["structuredContent"]
+    assert seen["received"] == {
+        "from_account": "DE89370400440532013000",
+        "to_account": "DE02120300000000202051",
+        "amount": 120,
+    }
+    assert set(seen["env"]) <= MINIMAL_ENV  # not this process's secrets: no PREFLIGHT_*, DATABASE_URL
+    assert seen["cwd"] == str(django_settings.PREFLIGHT_MCP_STDIO_CWD)
+    assert models.Server.objects.get(name="bank").connector == connector
+
+
+@pytest.mark.django_db
+def test_an_http_connector_is_stored_in_the_documented_shape(quick_operator: Agent) -> None:
+    connector = {"kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp", "connect_timeout_s": 5}
+
+    imported = quick_operator.post(
+        "/api/v1/catalog/import", {"server": "bank", "tools": [TRANSFER], "connector": connector}
+    )
+    again = quick_operator.post("/api/v1/catalog/import", {"server": "bank", "tools": [TRANSFER]}).json()
+
+    assert imported.status_code == 201, imported.json()
+    assert "connector" in again["kept"]
+    assert models.Server.objects.get(name="bank").connector == connector
+
+
+def marker_command(marker: Path) -> list[str]:
+    return [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+
+
+def smuggled_connectors(marker: Path) -> list[tuple[dict[str, Any], str]]:
+    """Connector payloads that would run `marker`'s program (or something else of the caller's choosing),
+    each with the error code the gate must answer."""
+    touch = f"open({str(marker)!r}, 'w')"
+    startup = marker.with_suffix(".py")
+    startup.write_text(touch)
+    return [
+        ({"kind": "mcp_stdio", "command": marker_command(marker)}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [*PROBE, "-c", touch]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [sys.executable, "-c", touch, *PROBE[1:]]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": PROBE[:1]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": " ".join(PROBE)}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "command": [*PROBE, ""]}, "invalid_connector"),
+        (
+            {"kind": "mcp_stdio", "command": PROBE, "env": {"PYTHONSTARTUP": str(startup)}},
+            "invalid_connector",
+        ),
+        ({"kind": "mcp_stdio", "command": PROBE, "env": {"PYTHONINSPECT": "1"}}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "command": PROBE, "cwd": str(marker.parent)}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "command": PROBE, "args": ["-c", touch]}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "command": PROBE, "target": marker_command(marker)}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "target": marker_command(marker)}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "command": PROBE, "timeout_s": "1"}, "invalid_connector"),
+        (
+            {"kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp", "headers": {"Host": "x"}},
+            "invalid_connector",
+        ),
+        ({"kind": "shell", "command": marker_command(marker)}, "invalid_connector"),
+        ({"kind": "python", "target": "os.system"}, "invalid_connector"),
+        ({"kind": "mcp_http", "url": "http://169.254.169.254/latest/meta-data"}, "host_not_allowed"),
+        ({"kind": "mcp_http", "url": "http://127.0.0.1:6379/"}, "host_not_allowed"),
+        ({"kind": "mcp_http", "url": "file:///etc/passwd"}, "invalid_connector"),
+    ]
+
+
+@pytest.mark.django_db
+def test_no_smuggled_connector_is_accepted_by_the_api_or_ever_started(
+    quick_operator: Agent, probe_allowed: list[str], settings: Any, tmp_path: Path
+) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = ()  # the demo's HTTP servers are not the point here
+    marker = tmp_path / "ran"
+    before = configuration()
+
+    for connector, code in smuggled_connectors(marker):
+        response = quick_operator.post(
+            "/api/v1/catalog/import", {"server": "bank", "tools": [TRANSFER], "connector": connector}
+        )
+        assert response.status_code in (400, 422), (connector, response.json())
+        assert response.json()["error"] == code, (connector, response.json())
+        measure = quick_operator.post(
+            "/api/v1/measures",
+            {"name": "m", "kind": "mcp", "config": {"connector": connector, "tool": "transfer"}},
+        )
+        assert measure.status_code in (400, 422), (connector, measure.json())
+        assert measure.json()["error"] == code, (connector, measure.json())
+
+    assert configuration() == before
+    assert not marker.exists()
+
+
+def test_a_stored_connector_that_smuggles_code_is_refused_at_call_time_and_never_started(
+    probe_allowed: list[str], tmp_path: Path, settings: Any
+) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = ()
+    marker = tmp_path / "ran"
+
+    for connector, code in smuggled_connectors(marker):
+        with pytest.raises(connectors.ToolCallFailed):
+            connectors.call_tool(connector, "bank", "transfer", {}, timeout_s=5)
+        if connector.get("kind") in ("mcp_stdio", "mcp_http"):
+            with pytest.raises(connectors.ToolCallFailed, match=code):
+                connectors.list_tools(connector, timeout_s=5)
+
+    assert not marker.exists()
+
+
+def test_a_connector_whose_command_left_the_allow_list_is_refused_when_the_gate_runs_it(
+    agent: Agent, downstream: Downstream, probe_allowed: list[str], settings: Any
+) -> None:
+    services.catalog_import(
+        server="bank",
+        tools=[TRANSFER],
+        annotations_trusted=True,
+        connector={"kind": "mcp_stdio", "command": PROBE},
+        actor="test",
+    )
+    services.measure_create(name="bank.balance", kind="python", actor="test")
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+    settings.PREFLIGHT_MCP_STDIO_ALLOW = []
+
+    run = agent.post(f"/api/v1/executions/{record['id']}/run", {"grant": record["grant"]}).json()
+
+    assert run["outcome"] == "failed"
+    assert "command_not_allowed" in run["detail"]
