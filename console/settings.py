@@ -7,6 +7,7 @@ DEBUG on. Setting DATABASE_URL switches to server mode: PostgreSQL, a real broke
 import os
 import shlex
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -50,6 +51,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "django_htmx",
+    "csp",
+    "axes",
     "console",
 ]
 
@@ -64,6 +67,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -224,9 +230,60 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# The console's own sign-in page (templates/registration/login.html), not the admin's.
+# The console's own sign-in page (templates/registration/login.html), not the admin's; signing out lands there
+# too (Django would otherwise render the admin's "logged out" page).
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# Sign-in throttling (django-axes, failures kept in the database so every web process sees them): after
+# PREFLIGHT_LOGIN_FAILURE_LIMIT failures for one username, or from one address, sign-in is refused for
+# PREFLIGHT_LOGIN_LOCKOUT_MINUTES (429, templates/registration/locked_out.html). Lifted early by
+# `manage.py axes_reset` (everyone) or `axes_reset_username USERNAME`.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PREFLIGHT_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("PREFLIGHT_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+
+# Transport security. Behind TLS (PREFLIGHT_BEHIND_TLS: a proxy terminating HTTPS that sets
+# X-Forwarded-Proto and strips it from clients), requests count as secure, HSTS is sent, and cookies are
+# Secure unless PREFLIGHT_SECURE_COOKIES says otherwise.
+PREFLIGHT_BEHIND_TLS = env_bool("PREFLIGHT_BEHIND_TLS", default=False)
+if PREFLIGHT_BEHIND_TLS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("PREFLIGHT_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PREFLIGHT_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool(
+    "PREFLIGHT_SECURE_COOKIES", default=PREFLIGHT_BEHIND_TLS
+)
+# Pages read the CSRF token from the template (forms, htmx's hx-headers), never from the cookie.
+CSRF_COOKIE_HTTPONLY = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (django-csp): scripts, styles, images and connections from this origin only, no
+# inline script anywhere (page behaviour lives in static/*.js). The API docs page alone loosens style-src
+# for Redoc's generated styles (console/urls.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 # I18n
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import quote
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.views import redirect_to_login
@@ -59,7 +60,7 @@ def login_redirect(request: HttpRequest) -> HttpResponse:
         from django.conf import settings
         from django.shortcuts import resolve_url
 
-        return HttpResponseClientRedirect(f"{resolve_url(settings.LOGIN_URL)}?next={request.path}")
+        return HttpResponseClientRedirect(f"{resolve_url(settings.LOGIN_URL)}?next={quote(request.path)}")
     return redirect_to_login(request.get_full_path())
 
 

