@@ -236,10 +236,14 @@ class McpImportForm(forms.Form):
     command = forms.CharField(
         max_length=2000,
         required=False,
-        help_text="shell-quoted, e.g. python -m console.demo.bank; only commands listed in "
-        "PREFLIGHT_MCP_STDIO_ALLOW run",
+        help_text="shell-quoted, e.g. python -m console.demo.bank; only a command line exactly as listed in "
+        "PREFLIGHT_MCP_STDIO_ALLOW runs",
     )
-    url = forms.CharField(max_length=2000, required=False, help_text="e.g. https://tools.example.com/mcp")
+    url = forms.CharField(
+        max_length=2000,
+        required=False,
+        help_text="e.g. https://tools.example.com/mcp; only hosts listed in PREFLIGHT_HTTP_ALLOW",
+    )
     timeout_s = forms.FloatField(min_value=1, max_value=120, initial=15, label="timeout (s)")
     annotations_trusted = forms.BooleanField(
         required=False, label="trust this server's annotations", help_text=_KEEPS_TRUST
