@@ -329,14 +329,21 @@ class _AllowListedBackend:
         if not any(e.host == name and e.port in (None, port) for e in egress.allowed_hosts()):
             raise egress.EgressRefused("host_not_allowed", f"{host}:{port} is not in PREFLIGHT_HTTP_ALLOW")
         infos = await anyio.getaddrinfo(name, port, type=socket.SOCK_STREAM)
-        checked = egress.check_addresses(name, port, infos)
-        return await self._backend.connect_tcp(
-            str(checked[0][4][0]),
-            port,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
-        )
+        failure: Exception | None = None
+        # Each checked address in turn, in the order DNS gave them, as httpcore itself would not.
+        for info in egress.check_addresses(name, port, infos):
+            try:
+                return await self._backend.connect_tcp(
+                    str(info[4][0]),
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except Exception as exc:
+                failure = exc
+        assert failure is not None  # check_addresses refuses an empty answer
+        raise failure
 
     async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
         raise egress.EgressRefused("host_not_allowed", "unix sockets are not reachable from a connector")

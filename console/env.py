@@ -98,9 +98,12 @@ def env_path(name: str, default: Path) -> Path:
 
 
 def env_hosts(name: str, default: list[str]) -> tuple[Any, ...]:
-    """A comma-separated list of `host` or `host:port` (IPv6 in brackets), as console.egress.AllowedHost."""
+    """A comma-separated list of `host` or `host:port` (IPv6 in brackets), as console.egress.AllowedHost.
+    `none`: no host at all (empty means unset, the default, as for every variable here)."""
     from console.egress import parse_allowed_hosts
 
+    if (_raw(name) or "").lower() == "none":
+        return ()
     try:
         return parse_allowed_hosts(env_list(name, default))
     except ValueError as exc:

@@ -261,3 +261,33 @@ def test_an_mcp_http_connector_does_not_follow_a_redirect(settings: Any, listene
         thread.join()
 
     assert listener.accepted == 0
+
+
+def test_an_http_lookup_to_an_unlisted_port_connects_to_nothing(settings: Any, listener: Listener) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["127.0.0.1:1"])
+    measure = {"name": "m", "kind": "http", "url": f"http://127.0.0.1:{listener.port}/", "timeout_s": 2}
+
+    with pytest.raises(MeasureFailed, match="host_not_allowed"):
+        connectors.run_measure(measure, {})
+
+    assert listener.accepted == 0
+
+
+def test_an_http_lookup_through_a_proxy_to_an_unlisted_host_never_reaches_the_proxy(
+    settings: Any, listener: Listener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{listener.port}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    connectors._proxies.cache_clear()
+    connectors._opener.cache_clear()
+    try:
+        measure = {"name": "m", "kind": "http", "url": "http://internal.example/", "timeout_s": 2}
+        with pytest.raises(MeasureFailed, match="host_not_allowed"):
+            connectors.run_measure(measure, {})
+    finally:
+        monkeypatch.undo()
+        connectors._proxies.cache_clear()
+        connectors._opener.cache_clear()
+
+    assert listener.accepted == 0
+

@@ -111,6 +111,12 @@ def test_an_http_allow_list_is_read_as_hosts_with_optional_ports(monkeypatch: py
     )
 
 
+def test_an_http_allow_list_of_none_allows_no_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFLIGHT_TEST_HOSTS", "none")
+
+    assert env_hosts("PREFLIGHT_TEST_HOSTS", ["127.0.0.1:8765"]) == ()
+
+
 def test_a_malformed_http_allow_list_fails_loudly_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
