@@ -71,3 +71,11 @@ def test_the_record_schema_carries_the_v1_fields(schema: dict[str, Any]) -> None
         "grant",
         "console_url",
     } <= set(record)
+
+
+def test_the_schema_describes_the_connector_the_gate_reads(schema: dict[str, Any]) -> None:
+    connector = schema["components"]["schemas"]["ConnectorIn"]["properties"]
+
+    assert set(connector) == {"kind", "command", "url", "timeout_s", "connect_timeout_s"}
+    assert "PREFLIGHT_MCP_STDIO_ALLOW" in connector["command"]["description"]
+    assert "PREFLIGHT_HTTP_ALLOW" in connector["url"]["description"]
