@@ -310,10 +310,10 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["console.api.auth.BearerTokenAuthentication"],
     "EXCEPTION_HANDLER": "console.api.errors.exception_handler",
     # Fail closed: an API view that forgets to declare its audience is an operator action, closed to agents
-    # (console/api/permissions.py); agent views declare `AgentToken`.
+    # (console/api/permissions.py); agent views declare `IsAgent`.
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
-        "console.api.permissions.OperatorToken",
+        "console.api.permissions.IsOperator",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }

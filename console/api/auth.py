@@ -27,7 +27,7 @@ class Agent:
     def __init__(self, token: AgentToken) -> None:
         self.token = token
         # An operator token's actions are audited as the operator's; whether the user still holds the role
-        # is `console.api.permissions.OperatorToken`'s question, asked on every call.
+        # is `console.api.permissions.IsOperator`'s question, asked on every call.
         self.username = (
             f"operator-token:{token.name}" if token.is_operator_token else f"agent:{token.name}"
         )

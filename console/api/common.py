@@ -5,11 +5,11 @@ from __future__ import annotations
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
-from console.api.permissions import AgentToken
+from console.api.permissions import IsAgent
 from console.api.records import ErrorOut
 
 # What an agent's views declare; every other API view is an operator action (the settings' default).
-AGENT_PERMISSIONS = [IsAuthenticated, AgentToken]
+AGENT_PERMISSIONS = [IsAuthenticated, IsAgent]
 
 ERRORS = {
     400: ErrorOut,

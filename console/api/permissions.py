@@ -1,8 +1,8 @@
 """Who may call what. Agents submit; operators define (DESIGN: trust model).
 
 An agent token may submit executions, answer, read its own executions, run a grant and list/revoke presets of
-principals it may act for: views that say so declare `AgentToken`. Everything else is an operator action and
-is the default (`OperatorToken`), so a view that forgets to declare its audience is closed to agents.
+principals it may act for: views that say so declare `IsAgent`. Everything else is an operator action and
+is the default (`IsOperator`), so a view that forgets to declare its audience is closed to agents.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from django.contrib.auth import get_user_model
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from console.models import AgentToken as AgentTokenRow
+from console.models import AgentToken
 from console.web.access import OPERATOR
 
 
-def _token(request: Request) -> AgentTokenRow | None:
+def _token(request: Request) -> AgentToken | None:
     token = getattr(request, "auth", None)
-    return token if isinstance(token, AgentTokenRow) else None
+    return token if isinstance(token, AgentToken) else None
 
 
 def operator_holds_role(user_id: Any) -> bool:
@@ -29,7 +29,7 @@ def operator_holds_role(user_id: Any) -> bool:
     return users.filter(is_superuser=True).exists() or users.filter(groups__name=OPERATOR).exists()
 
 
-class AgentToken(BasePermission):
+class IsAgent(BasePermission):
     """An agent's token. An operator token is refused here: a person's credential is not an agent's, and an
     execution submitted with it would be attributed to no agent."""
 
@@ -40,7 +40,7 @@ class AgentToken(BasePermission):
         return token is not None and not token.is_operator_token
 
 
-class OperatorToken(BasePermission):
+class IsOperator(BasePermission):
     """An operator token whose user holds the operator role at the moment of the call."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
