@@ -11,6 +11,7 @@ from console_helpers import TRANSFER, Agent, Downstream, make_operator, transfer
 from django.conf import settings as django_settings
 
 from console import connectors, models, services
+from console.egress import parse_allowed_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = [sys.executable, str(REPO / "tests" / "console" / "mcp_probe_server.py")]
@@ -173,3 +174,33 @@ def test_a_connector_whose_command_left_the_allow_list_is_refused_when_the_gate_
 
     assert run["outcome"] == "failed"
     assert "command_not_allowed" in run["detail"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("http://169.254.169.254/latest/meta-data/iam", "host_not_allowed"),
+        ("http://127.0.0.1:6379/", "host_not_allowed"),
+        ("http://2130706433:8765/", "host_not_allowed"),
+        ("http://[::ffff:127.0.0.1]:8765/", "host_not_allowed"),
+        ("http://127.0.0.1:8765@evil.example/", "host_not_allowed"),
+        ("http://evil.example/", "host_not_allowed"),
+        ("file:///etc/passwd", "invalid_connector"),
+        ("gopher://127.0.0.1:8765/_", "invalid_connector"),
+    ],
+)
+def test_a_measure_that_would_reach_an_unlisted_place_is_refused_and_the_old_one_kept(
+    quick_operator: Agent, settings: Any, url: str, code: str
+) -> None:
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["127.0.0.1:8765"])  # as a deployment's default
+    services.measure_create(name="bank.balance", kind="http", url="http://127.0.0.1:8765/m", actor="test")
+    before = configuration()
+
+    response = quick_operator.post(
+        "/api/v1/measures", {"name": "bank.balance", "kind": "http", "url": url, "timeout_s": 1}
+    )
+
+    assert response.status_code in (400, 422)
+    assert response.json()["error"] == code
+    assert configuration() == before
