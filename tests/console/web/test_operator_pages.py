@@ -471,3 +471,38 @@ def test_an_mcp_import_the_deployment_does_not_allow_is_refused_before_connectin
     assert b"PREFLIGHT_" in response.content
     assert listed == []
     assert not models.Server.objects.exists()
+
+
+def test_no_one_but_an_operator_can_change_the_catalog_trust_or_rules_from_the_console(
+    client: Client, gaps: Any
+) -> None:
+    server = models.Server.objects.get(name="repo")
+    posts = [
+        (
+            "/catalog/import/",
+            {"server": "repo", "tools": json.dumps({"tools": [TRANSFER]}), "annotations_trusted": "on"},
+        ),
+        (
+            "/catalog/import/mcp/",
+            {"server": "repo", "kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp", "timeout_s": "5"},
+        ),
+        (f"/catalog/servers/{server.pk}/trust/", {"trusted": "0" if server.annotations_trusted else "1"}),
+        ("/rules/new/", {"text": json.dumps({"id": "org", "version": "9", "rules": []}), "action": "save"}),
+    ]
+
+    def state() -> list[Any]:
+        return [
+            list(models.Server.objects.order_by("pk").values()),
+            list(models.ToolContract.objects.order_by("pk").values("pk", "current", "annotations_trusted")),
+            list(models.RuleSet.objects.order_by("pk").values()),
+            models.AuditEvent.objects.count(),
+        ]
+
+    before = state()
+    for role in ("auditor", "approver"):
+        as_role(client, role)
+        for url, data in posts:
+            assert client.post(url, data).status_code == 403, (url, role)
+        client.logout()
+
+    assert state() == before
