@@ -43,7 +43,7 @@ class Server(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     annotations_trusted = models.BooleanField(default=False)
-    # {"kind": "python"|"mcp_stdio"|"mcp_http", "target": ...}: how the execution gate reaches the tools.
+    # How the execution gate reaches the tools, in the one shape console.connectors.checked_connector accepts.
     connector = models.JSONField(default=dict)
     # Side-car `x-preflight` per tool name, as an operator last gave it: a re-import that names none keeps it.
     extensions = models.JSONField(default=dict, blank=True)

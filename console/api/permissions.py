@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
@@ -22,11 +23,17 @@ def _token(request: Request) -> AgentToken | None:
     return token if isinstance(token, AgentToken) else None
 
 
+def operator_username(user_id: Any) -> str | None:
+    """The username of the user an operator token belongs to, if that user is active and an operator (or a
+    superuser) right now; otherwise None. One query, never cached: removing the role or deactivating the user
+    revokes the token at once."""
+    operators = Q(is_superuser=True) | Q(groups__name=OPERATOR)
+    users = get_user_model().objects.filter(operators, pk=user_id, is_active=True)
+    return next(iter(users.values_list("username", flat=True)[:1]), None)
+
+
 def operator_holds_role(user_id: Any) -> bool:
-    """Whether the user an operator token belongs to is active and an operator (or a superuser) right now.
-    One query per call, never cached: removing the role or deactivating the user revokes the token at once."""
-    users = get_user_model().objects.filter(pk=user_id, is_active=True)
-    return users.filter(is_superuser=True).exists() or users.filter(groups__name=OPERATOR).exists()
+    return operator_username(user_id) is not None
 
 
 class IsAgent(BasePermission):
@@ -53,7 +60,10 @@ class IsOperator(BasePermission):
                 " (an operator token: manage.py create_operator_token NAME --user USERNAME)"
             )
             return False
-        if not operator_holds_role(token.user_id):
+        username = operator_username(token.user_id)
+        if username is None:
             self.message = "this operator token's user no longer holds the operator role (or is inactive)"
             return False
+        # The audit chain names the person, which outlives the token (and the user row).
+        request.user.username = f"operator:{username} (token {token.name})"
         return True

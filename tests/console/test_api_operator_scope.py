@@ -175,11 +175,13 @@ def test_an_operator_token_configures_the_gate(
     assert response.status_code in (200, 201), response.json()
 
 
-def test_an_operator_tokens_actions_are_audited_as_its_token(configured: None, quick_operator: Agent) -> None:
+def test_an_operator_tokens_actions_are_audited_as_its_operator_and_token(
+    configured: None, quick_operator: Agent
+) -> None:
     quick_operator.post("/api/v1/measures", MEASURE)
 
     event = models.AuditEvent.objects.filter(kind="measure").latest("seq")
-    assert event.body["actor"] == "operator-token:olga-ci"
+    assert event.body["actor"] == "operator:olga (token olga-ci)"
 
 
 def test_removing_the_operator_role_revokes_the_token_at_once(
