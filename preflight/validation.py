@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
 
 __all__ = ["PayloadValidator"]
 
@@ -64,11 +65,32 @@ class PayloadValidator:
     def is_valid(self, instance: Any) -> bool:
         if self.fast is not None and self.fast(instance):
             return True
-        return bool(self.slow.is_valid(instance))
+        try:
+            return bool(self.slow.is_valid(instance))
+        except (Unresolvable, RecursionError):
+            return False  # a reference nobody can follow, or one that loops: the payload is not shown valid
 
     def errors(self, instance: Any) -> list[str]:
-        errors = sorted(self.slow.iter_errors(instance), key=lambda e: list(e.absolute_path))
+        try:
+            errors = sorted(self.slow.iter_errors(instance), key=lambda e: list(e.absolute_path))
+        except Unresolvable as exc:
+            return [f"(arguments): the schema refers to {exc.ref}, which cannot be resolved"]
+        except RecursionError:
+            return ["(arguments): the schema's references loop without end"]
         return [f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors]
+
+    def refusals(self, instance: Any) -> tuple[tuple[tuple[str, ...], frozenset[str]], ...]:
+        """Each error as (the argument path it is about, the keywords on its schema path)."""
+        try:
+            return tuple(
+                (
+                    tuple(str(p) for p in e.absolute_path),
+                    frozenset(str(k) for k in (*e.absolute_schema_path, e.validator)),
+                )
+                for e in self.slow.iter_errors(instance)
+            )
+        except (Unresolvable, RecursionError):
+            return (((), frozenset({"$ref"})),)
 
 
 def _is_number(x: Any) -> bool:

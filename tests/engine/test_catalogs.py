@@ -202,11 +202,47 @@ def test_the_share_of_catalog_tools_with_an_unsupported_slot_is_reported_and_eac
 
 
 @pytest.mark.parametrize("server", SERVERS)
-def test_an_unsupported_keyword_added_to_any_catalog_schema_holds_a_grounded_request(server: str) -> None:
+def test_a_value_only_keyword_added_to_any_catalog_schema_that_the_payload_fails_holds_as_unsupported(
+    server: str,
+) -> None:
+    failures = []
+    for tool in _tools_of(server):
+        schema = dict(tool.get("inputSchema") or {"type": "object"})
+        schema["not"] = {}  # refuses every payload, and the engine cannot say what would satisfy it
+        o = _preflight_grounded(server, {**tool, "inputSchema": schema})
+        if "schema:#/not" not in _unsupported(o.record) or o.record.verdict != "hold":
+            failures.append(
+                f"{tool['name']}: verdict {o.record.verdict}, unsupported {_unsupported(o.record)}"
+            )
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_value_only_keyword_added_to_any_catalog_schema_that_the_payload_satisfies_is_settled_by_validation(
+    server: str,
+) -> None:
     failures = []
     for tool in _tools_of(server):
         schema = dict(tool.get("inputSchema") or {"type": "object"})
         schema["not"] = {"required": ["__preflight_never__"]}
+        plain = _preflight_grounded(server, tool).record
+        o = _preflight_grounded(server, {**tool, "inputSchema": schema})
+        slot = next((s for s in o.record.slots if s.key == "schema:#/not"), None)
+        if o.record.verdict != plain.verdict or (
+            plain.payload_valid and (slot is None or slot.status != "known")
+        ):
+            failures.append(
+                f"{tool['name']}: verdict {o.record.verdict} (without: {plain.verdict}), slot {slot}"
+            )
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_unresolvable_reference_added_to_any_catalog_schema_holds_a_grounded_request(server: str) -> None:
+    failures = []
+    for tool in _tools_of(server):
+        schema = dict(tool.get("inputSchema") or {"type": "object"})
+        schema["allOf"] = [*schema.get("allOf", []), {"$ref": "https://schemas.example.com/remote.json"}]
         o = _preflight_grounded(server, {**tool, "inputSchema": schema})
         if not _unsupported(o.record) or o.record.verdict != "hold":
             failures.append(
