@@ -351,6 +351,10 @@ class _Run:
                         prior.value,
                         {"record": prior.record_id, "slot": key, "origin": prior.origin},
                     )
+            elif source == "principal":
+                # The identity the call is made for (a token may be restricted to it), not the agent's word.
+                who = self.request.principal
+                return self._found(res, source, principal_id(who), {"principal": who})
             elif source == "contract":
                 declared = self.contract.extension.state_change
                 if declared:
@@ -374,7 +378,11 @@ class _Run:
             res.waits_for = missing
             return None
         args = {
-            k: self.values[v[4:]] if isinstance(v, str) and v.startswith("arg:") else v
+            k: self.values[v[4:]]
+            if isinstance(v, str) and v.startswith("arg:")
+            else principal_id(self.request.principal)
+            if v == "principal"
+            else v
             for k, v in spec.args.items()
         }
         request = MeasureRequest(spec.name, spec.lookup, args, _args_digest(args), spec.max_age_s)
@@ -1251,8 +1259,14 @@ _BAD = object()
 # Findings are immutable, so the plain "nothing here" finding of each source is shared, not rebuilt.
 _NO_RESULT = {
     source: Finding(source, "no_result")
-    for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "contract")
+    for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "principal", "contract")
 }
+
+
+def principal_id(principal: str) -> str:
+    """What a `principal` source or lookup argument gives: the id after the kind (`user:alice` -> `alice`)."""
+    kind, sep, rest = principal.partition(":")
+    return rest if sep and kind and rest else principal
 _INTENT_LABELS = {"fixed:action_name": "what should be done", "fixed:timing": "when it should happen"}
 _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:action_name": {"type": "string", "minLength": 1},
