@@ -49,12 +49,24 @@ class _Unsupported(Exception):
     pass
 
 
+# Draft 2019-09 split `dependencies` into dependentRequired / dependentSchemas and dropped it; schemas written
+# for earlier drafts still use it without saying so, and the materializer reads it as dependentRequired.
+# Validating it too (the suite's "dependencies compatibility") can only refuse more payloads, never fewer.
+_COMPATIBLE = {
+    base: jsonschema.validators.extend(
+        base, {"dependencies": jsonschema.Draft7Validator.VALIDATORS["dependencies"]}
+    )
+    for base in (jsonschema.Draft202012Validator, jsonschema.Draft201909Validator)
+}
+
+
 class PayloadValidator:
     """Validate argument objects against one tool's `inputSchema`."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        self.slow = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        checking = _COMPATIBLE.get(cls, cls) if "dependencies" in _keys(schema) else cls
+        self.slow = checking(schema, format_checker=cls.FORMAT_CHECKER)
         self.fast: Check | None = None
         if cls in _FAST_DRAFTS:
             try:
@@ -91,6 +103,20 @@ class PayloadValidator:
             )
         except (Unresolvable, RecursionError):
             return (((), frozenset({"$ref"})),)
+
+
+def _keys(schema: Any) -> set[str]:
+    """Every object key anywhere in the schema (a cheap over-approximation of the keywords it uses)."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            found.update(k for k in node if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _is_number(x: Any) -> bool:

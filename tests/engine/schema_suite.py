@@ -42,11 +42,11 @@ class Case:
 
 
 def cases(directory: Path = SUITE) -> Iterator[Case]:
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted(directory.rglob("*.json")):
         for group in json.loads(path.read_text(encoding="utf-8")):
             for test in group["tests"]:
                 yield Case(
-                    path.name,
+                    str(path.relative_to(directory)),
                     f"{group['description']} / {test['description']}",
                     group["schema"],
                     test["data"],

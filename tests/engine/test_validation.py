@@ -140,3 +140,10 @@ def test_references_that_loop_refuse_the_payload_instead_of_exhausting_the_stack
     validator = PayloadValidator(schema)
     assert validator.is_valid({"a": 1}) is False
     assert validator.errors({"a": 1})
+
+
+def test_legacy_dependencies_in_a_2020_12_schema_are_validated_as_dependencies() -> None:
+    # The materializer reads `dependencies` as dependentRequired; the validator must not let it pass.
+    validator = PayloadValidator({"type": "object", "dependencies": {"bar": ["foo"]}})
+    assert validator.is_valid({"bar": 1}) is False
+    assert validator.is_valid({"bar": 1, "foo": 2}) is True
