@@ -254,7 +254,7 @@ class _Run:
         # kept by add() as slots come in, so the verdict need not scan every slot again
         self.unknown: list[SlotState] = []
         # constructs only the whole-payload validation can decide: settled or held once it has run
-        self.value_only: list[Unsupported] = []
+        self.value_only: list[tuple[Unsupported, tuple[str, ...]]] = []  # with its object's argument path
         self.confirms: list[SlotState] = []  # settled values still awaiting a person's approval
         self.gaps: list[Gap] = []
         self.unmet: list[Unmet] = []
@@ -647,7 +647,7 @@ class _Run:
         np = self.node_plan(node)
         for item in node.unsupported:
             if item.value_only:
-                self.value_only.append(item)
+                self.value_only.append((item, tuple(node.path.split(".")) if node.path else ()))
                 continue
             self.add(
                 SlotState(
@@ -1122,9 +1122,9 @@ class _Run:
         refusals: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = ()
         if valid is False and self.value_only and self.plan.validator is not None:
             refusals = self.plan.validator.refusals(payload)
-        for item in self.value_only:
+        for item, at in self.value_only:
             key, where = f"schema:{item.location}", f"{item.construct} at {item.location}"
-            if valid is False and not _responsible(item.construct, refusals):
+            if valid is False and not _responsible(item.construct, at, refusals):
                 valid_here: bool | None = None
             else:
                 valid_here = valid
@@ -1292,10 +1292,12 @@ def _timing_at(value: Any) -> datetime | object | None:
     return at.astimezone(UTC)
 
 
-def _responsible(construct: str, refusals: tuple[tuple[tuple[str, ...], frozenset[str]], ...]) -> bool:
-    """Whether a construct may be what refuses the payload: an error about the arguments as a whole, or one
-    whose schema path passes through it. An error about one argument's own value is explained elsewhere."""
-    return any(not path or construct in keywords for path, keywords in refusals)
+def _responsible(
+    construct: str, at: tuple[str, ...], refusals: tuple[tuple[tuple[str, ...], frozenset[str]], ...]
+) -> bool:
+    """Whether a construct may be what refuses the payload: an error about the object it constrains as a
+    whole, or one whose schema path passes through it. An error about one argument's own value is not."""
+    return any(path == at or construct in keywords for path, keywords in refusals)
 
 
 def _rule_owner(rule: Rule) -> Literal["policy", "user"]:

@@ -396,7 +396,7 @@ def test_the_same_inputs_give_the_same_record(case: Case) -> None:
 UNSUPPORTED: tuple[tuple[str, Any], ...] = (
     ("not", {}),
     ("minProperties", 1000),
-    ("dependentSchemas", {"a": False, "b": False, "c": False, "n": False}),
+    ("dependentSchemas", {name: False for name in ("a", "b", "c", "d", "k", "n", "x", "y", "remote")}),
     ("$ref", "https://schemas.example.com/remote.json"),
     ("if", {"properties": {"__never__": {"maxLength": 3}}}),  # passes on every payload: `then` refuses
     ("oneOf", [{"required": ["a"], "not": {}}, {"not": {}}]),
