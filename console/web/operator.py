@@ -724,3 +724,22 @@ def server_sidecar_import(request: HttpRequest, pk: int) -> HttpResponse:
         )
     messages.success(request, f"Imported the side-car: {len(result.tools)} tool(s) checked.")
     return redirect(reverse("operator:server", args=[server.pk]))
+
+
+@require_GET
+@operator_only
+def tool_sidecar(request: HttpRequest) -> HttpResponse:
+    """From a gap row or a gap report (which name a server and a tool): the current version's workbench."""
+    row = (
+        models.ToolContract.objects.filter(
+            server__name=request.GET.get("server", ""),
+            name=request.GET.get("tool", ""),
+            current=True,
+            valid=True,
+        )
+        .only("pk")
+        .first()
+    )
+    if row is None:
+        raise Http404("no current contract of that tool")
+    return redirect(reverse("operator:contract-sidecar", args=[row.pk]))

@@ -29,6 +29,7 @@ urlpatterns = [
         operator.server_sidecar_import,
         name="server-sidecar-import",
     ),
+    path("catalog/sidecar/", operator.tool_sidecar, name="tool-sidecar"),
     path("rules/", operator.rules, name="rules"),
     path("rules/new/", operator.rules_edit, name="rules-new"),
     path("rules/<str:name>/edit/", operator.rules_edit, name="rules-edit"),

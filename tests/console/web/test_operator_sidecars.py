@@ -175,3 +175,11 @@ def test_importing_another_servers_side_car_is_refused(
 def test_an_approver_may_not_open_the_workbench(client: Client, write_file: models.ToolContract) -> None:
     client.force_login(user_with("anna", "approver"))
     assert client.get(url(write_file)).status_code == 403
+
+
+def test_a_gap_row_or_report_names_a_tool_and_leads_to_its_current_workbench(
+    client: Client, operator: Any, write_file: models.ToolContract
+) -> None:
+    response = client.get("/catalog/sidecar/?server=fs&tool=write_file")
+    assert response.status_code == 302 and response["Location"] == url(write_file)
+    assert client.get("/catalog/sidecar/?server=fs&tool=nope").status_code == 404
