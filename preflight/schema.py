@@ -138,6 +138,10 @@ _VALUE_ONLY = frozenset(
 _SELF_NESTING = 2
 
 
+# A resolver, or None for the document's own (built only when a reference needs it).
+type _Scope = Resolver[Any] | None
+
+
 def _specification(schema: Mapping[str, Any]) -> Specification[Any]:
     """The dialect the schema declares (`$schema`), Draft 2020-12 when it declares none or an unknown one."""
     dialect = schema.get("$schema")
@@ -147,32 +151,40 @@ def _specification(schema: Mapping[str, Any]) -> Specification[Any]:
 class _Builder:
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.spec = _specification(root)
-        resource = self.spec.create_resource(root)
-        # The metaschemas are there for schemas that refer to them, as a validator would find them.
-        registry = METASCHEMAS.with_resource(resource.id() or "", resource).crawl()
-        self.scope = registry.resolver(base_uri=resource.id() or "")
+        self.root = root
+        self.resolver: Resolver[Any] | None = None  # built at the first reference: most schemas have none
         # Before 2019-09 a `$ref` replaces its siblings; since then they apply beside it.
         self.ref_siblings = self.spec in (DRAFT202012, DRAFT201909)
         self.problems: list[Unsupported] = []
         self.expanding: list[int] = [id(root)]  # targets being expanded on the way down: a repeat is a cycle
 
-    def enter(self, schema: Mapping[str, Any], scope: Resolver[Any]) -> Resolver[Any]:
+    def document(self) -> Resolver[Any]:
+        """The resolver of the whole document (`None` in a scope stands for it)."""
+        if self.resolver is None:
+            resource = self.spec.create_resource(self.root)
+            # The metaschemas are there for schemas that refer to them, as a validator would find them.
+            registry = METASCHEMAS.with_resource(resource.id() or "", resource).crawl()
+            self.resolver = registry.resolver(base_uri=resource.id() or "")
+        return self.resolver
+
+    def enter(self, schema: Mapping[str, Any], scope: _Scope) -> _Scope:
         """The resolver for references inside `schema`: its own `$id` changes the base URI."""
         if "$id" not in schema and "id" not in schema:
             return scope
-        return scope.in_subresource(Resource.from_contents(schema, default_specification=self.spec))
+        resource = Resource.from_contents(schema, default_specification=self.spec)
+        return (scope or self.document()).in_subresource(resource)
 
-    def lookup(self, ref: str, location: str, scope: Resolver[Any]) -> Resolved[Any] | None:
+    def lookup(self, ref: str, location: str, scope: _Scope) -> Resolved[Any] | None:
         try:
-            return scope.lookup(ref)
+            return (scope or self.document()).lookup(ref)
         except (Unresolvable, ValueError):
             # Not in this document (a remote schema) or nowhere: nobody can say what it requires.
             self.problems.append(Unsupported(location, "$ref", f"unresolvable reference {ref}"))
             return None
 
     def view(
-        self, schema: Mapping[str, Any], location: str, scope: Resolver[Any], seen: tuple[int, ...] = ()
-    ) -> tuple[Mapping[str, Any], Resolver[Any]]:
+        self, schema: Mapping[str, Any], location: str, scope: _Scope, seen: tuple[int, ...] = ()
+    ) -> tuple[Mapping[str, Any], _Scope]:
         """`schema` with its chain of references followed: what one value is asked and matched against."""
         scope = self.enter(schema, scope)
         ref = schema.get("$ref")
@@ -192,7 +204,7 @@ class _Builder:
         siblings = {k: v for k, v in schema.items() if k != "$ref"} if self.ref_siblings else {}
         return ({**resolved, **siblings} if siblings else resolved), inner
 
-    def node(self, schema: Mapping[str, Any], location: str, path: str, scope: Resolver[Any]) -> ObjectNode:
+    def node(self, schema: Mapping[str, Any], location: str, path: str, scope: _Scope) -> ObjectNode:
         acc = _Acc()
         start = len(self.problems)
         self.merge(schema, location, path, acc, scope, ())
@@ -214,7 +226,7 @@ class _Builder:
         location: str,
         path: str,
         acc: _Acc,
-        scope: Resolver[Any],
+        scope: _Scope,
         seen: tuple[int, ...],
     ) -> None:
         scope = self.enter(schema, scope)
@@ -293,7 +305,7 @@ class _Builder:
                         )
                     )
 
-    def prop(self, name: str, sub: Any, location: str, path: str, scope: Resolver[Any]) -> Property:
+    def prop(self, name: str, sub: Any, location: str, path: str, scope: _Scope) -> Property:
         if "." in name:
             # Slot keys and payload paths are dotted; such a name could not be told from a nested one.
             self.problems.append(Unsupported(location, "properties", f"property name {name!r} contains '.'"))
@@ -327,13 +339,13 @@ class _Builder:
                 self.problems[start:] = [p for p in self.problems[start:] if not p.value_only]
         return Property(name, _join(path, name), resolved, child)
 
-    def target(self, sub: Mapping[str, Any], scope: Resolver[Any]) -> int | None:
+    def target(self, sub: Mapping[str, Any], scope: _Scope) -> int | None:
         """Which schema a property's `$ref` lands on, to see a cycle before expanding it."""
         ref = sub.get("$ref")
         if not isinstance(ref, str):
             return None
         try:
-            return id(self.enter(sub, scope).lookup(ref).contents)
+            return id((self.enter(sub, scope) or self.document()).lookup(ref).contents)
         except (Unresolvable, ValueError):
             return None
 
@@ -344,7 +356,7 @@ class _Builder:
         location: str,
         path: str,
         acc: _Acc,
-        scope: Resolver[Any],
+        scope: _Scope,
     ) -> BranchGroup | None:
         branches = []
         resolved_alts = []
@@ -380,7 +392,7 @@ class _Builder:
         return BranchGroup(kind, location, tuple(branches))
 
     def conditional(
-        self, schema: Mapping[str, Any], location: str, path: str, acc: _Acc, scope: Resolver[Any]
+        self, schema: Mapping[str, Any], location: str, path: str, acc: _Acc, scope: _Scope
     ) -> Conditional | None:
         test = (
             self.view(schema["if"], f"{location}/if", scope)[0] if isinstance(schema["if"], Mapping) else None
@@ -459,7 +471,7 @@ class _Acc:
 def compile_object(schema: Mapping[str, Any]) -> ObjectNode:
     """Compile a root `inputSchema` (already checked against its metaschema)."""
     builder = _Builder(schema)
-    return builder.node(schema, "#", "", builder.scope)
+    return builder.node(schema, "#", "", None)
 
 
 def select_branches(
