@@ -718,6 +718,17 @@ def _sample_evidence(sample: Mapping[str, Any]) -> Evidence:
     return Evidence(now=timezone.now(), answers=answers)
 
 
+def _outcome(slot: Any) -> str:
+    """settled / asked / measured / held, and for a condition evaluated false what it does (block, hold)."""
+    if slot.met is False:
+        return "false: blocks" if slot.detail == "unmet: block" else "false: holds"
+    if slot.status != "unknown":
+        return "settled"
+    return {"ask_user": "asked", "measure": "measured"}.get(
+        slot.route or "", "held" if slot.route else "waits"
+    )
+
+
 def _obligations(contract: Any, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
     plan = compile_plan(contract, records.active_rules())
     record = preflight(plan, ExecutionRequest(principal="preview"), _sample_evidence(sample))
@@ -727,11 +738,7 @@ def _obligations(contract: Any, sample: Mapping[str, Any]) -> list[dict[str, Any
             "label": s.label,
             "status": s.status,
             "route": s.route,
-            "outcome": "settled"
-            if s.status != "unknown"
-            else {"ask_user": "asked", "measure": "measured"}.get(
-                s.route or "", "held" if s.route else "waits"
-            ),
+            "outcome": _outcome(s),
             "gap": s.gap,
             "detail": s.detail,
         }

@@ -183,3 +183,21 @@ def test_a_gap_row_or_report_names_a_tool_and_leads_to_its_current_workbench(
     response = client.get("/catalog/sidecar/?server=fs&tool=write_file")
     assert response.status_code == 302 and response["Location"] == url(write_file)
     assert client.get("/catalog/sidecar/?server=fs&tool=nope").status_code == 404
+
+
+def test_a_condition_is_evaluated_against_the_sample_values_in_the_preview(
+    client: Client, operator: Any, write_file: models.ToolContract
+) -> None:
+    text = json.dumps(
+        {"conditions": [{"id": "in_tmp", "check": 'arg.path.startsWith("/tmp/")', "on_false": "block"}]}
+    )
+    form = {
+        "state_change": "written",
+        "text": text,
+        "sample": json.dumps({"path": "/etc/passwd", "content": "x"}),
+    }
+    body = client.post(url(write_file), form, **HTMX).content.decode()
+    assert 'data-slot="cond:in_tmp" data-outcome="false: blocks"' in body
+    form["sample"] = json.dumps({"path": "/tmp/a", "content": "x"})
+    body = client.post(url(write_file), form, **HTMX).content.decode()
+    assert 'data-slot="cond:in_tmp" data-outcome="settled"' in body
