@@ -11,6 +11,7 @@ otherwise; an unresolvable reference always holds. Never zero slots, never a sil
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -162,22 +163,29 @@ class _Builder:
         """The resolver of the whole document (`None` in a scope stands for it)."""
         if self.resolver is None:
             resource = self.spec.create_resource(self.root)
+            base = resource.id() if isinstance(self.root.get("$id"), str) else None
             # The metaschemas are there for schemas that refer to them, as a validator would find them.
-            registry = METASCHEMAS.with_resource(resource.id() or "", resource).crawl()
-            self.resolver = registry.resolver(base_uri=resource.id() or "")
+            registry = METASCHEMAS.with_resource(base or "", resource)
+            # An `$id` or anchor that is no string stops the crawl: only plain pointers resolve then.
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                registry = registry.crawl()
+            self.resolver = registry.resolver(base_uri=base or "")
         return self.resolver
 
     def enter(self, schema: Mapping[str, Any], scope: _Scope) -> _Scope:
         """The resolver for references inside `schema`: its own `$id` changes the base URI."""
         if "$id" not in schema and "id" not in schema:
             return scope
-        resource = Resource.from_contents(schema, default_specification=self.spec)
-        return (scope or self.document()).in_subresource(resource)
+        try:
+            resource = Resource.from_contents(schema, default_specification=self.spec)
+            return (scope or self.document()).in_subresource(resource)
+        except (AttributeError, TypeError, ValueError):
+            return scope  # an `$id` that is no URI: the metaschema check refuses it; nothing to base on
 
     def lookup(self, ref: str, location: str, scope: _Scope) -> Resolved[Any] | None:
         try:
             return (scope or self.document()).lookup(ref)
-        except (Unresolvable, ValueError):
+        except (Unresolvable, AttributeError, TypeError, ValueError):
             # Not in this document (a remote schema) or nowhere: nobody can say what it requires.
             self.problems.append(Unsupported(location, "$ref", f"unresolvable reference {ref}"))
             return None
@@ -346,7 +354,7 @@ class _Builder:
             return None
         try:
             return id((self.enter(sub, scope) or self.document()).lookup(ref).contents)
-        except (Unresolvable, ValueError):
+        except (Unresolvable, AttributeError, TypeError, ValueError):
             return None
 
     def group(
