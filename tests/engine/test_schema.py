@@ -403,3 +403,14 @@ def test_a_draft_07_schema_is_validated_as_draft_07() -> None:
     assert record.payload == {"pair": ["abc", "x"]}
     assert record.payload_valid is False
     assert record.verdict != "execute"
+
+
+def test_a_malformed_id_leaves_references_to_be_held_instead_of_raising() -> None:
+    # contract_from_mcp refuses such a schema; the compiler must not depend on that to stay total.
+    from preflight.schema import compile_object
+
+    node = compile_object(
+        {"$id": 5, "properties": {"a": {"$ref": "#nowhere"}, "b": {"$id": [], "type": "string"}}}
+    )
+    assert [u.construct for u in node.unsupported] == ["$ref"]
+    assert set(node.properties) == {"a", "b"}
