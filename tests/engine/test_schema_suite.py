@@ -116,6 +116,12 @@ def _share(capsys: pytest.CaptureFixture[str], record_property: Any) -> float:
     return share
 
 
+def test_the_share_of_valid_instances_reaching_execute_as_stated_is_reported(
+    capsys: pytest.CaptureFixture[str], record_property: Any
+) -> None:
+    assert 0 < _share(capsys, record_property) <= 1
+
+
 @WAITS_FOR_13
 def test_at_least_nine_in_ten_valid_instances_reach_execute_as_stated(
     capsys: pytest.CaptureFixture[str], record_property: Any
