@@ -504,3 +504,18 @@ def test_a_property_name_with_a_dot_reaches_the_payload_under_its_own_name_or_is
     if not unsupported:
         assert record.verdict == "execute", record.reasons
         assert record.payload == {"a.b": "valab"}
+
+
+@FAST
+@given(cases(st.one_of(satisfied_schemas(), unsupported_schemas())))
+def test_with_constructs_left_to_the_validator_an_execute_still_means_a_valid_payload_of_found_values(
+    case: Case,
+) -> None:
+    record = run(case)
+    if record.verdict != "execute":
+        return
+    assert record.payload is not None
+    assert Draft202012Validator(case.schema).is_valid(record.payload), record.payload
+    for path, value in leaves(record.payload):
+        slot = record.slot(f"arg:{path}")
+        assert slot.findings and slot.findings[-1].outcome == "found" and slot.value == value, slot
