@@ -755,7 +755,7 @@ def sidecar_check(
     current_contract = records.engine_contract(row)
     current = _obligations(current_contract, sample)
     old = pretty_json(sidecar_of(row))
-    variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sorted(_argument_paths(row)))]
+    variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sorted(sidecar_arguments(row)))]
     if problem:
         return SidecarCheck(extension, problem, "", [], current, "", variables, raw.prose_conditions, [])
     try:
@@ -791,7 +791,8 @@ def sidecar_check(
     )
 
 
-def _argument_paths(row: models.ToolContract) -> list[str]:
+def sidecar_arguments(row: models.ToolContract) -> list[str]:
+    """The argument paths a side-car may name (slots, conditions), in order."""
     plan = compile_plan(records.engine_contract(row))
     return sorted(plan.arguments)
 

@@ -620,7 +620,7 @@ def contract_sidecar(request: HttpRequest, pk: int) -> HttpResponse:
     if not row.valid:
         raise Http404("an invalid definition has no contract to write a side-car for")
     current = ops.sidecar_of(row)
-    arguments = ops._argument_paths(row)
+    arguments = ops.sidecar_arguments(row)
     check: ops.SidecarCheck | None = None
     problem = ""
     saved: ops.SidecarSaved | None = None
