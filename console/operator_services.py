@@ -26,8 +26,19 @@ from django.utils import timezone
 from console import connectors, egress, models, records, services
 from console.audit import audit_append
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
-from preflight import ChecklistError, Evidence, ExecutionRequest, compile_plan, load_rules, preflight
+from preflight import (
+    Answer,
+    ChecklistError,
+    ContractError,
+    Evidence,
+    ExecutionRequest,
+    compile_plan,
+    contract_from_mcp,
+    load_rules,
+    preflight,
+)
 from preflight.canonical import canonical_json
+from preflight.sidecars import parse_sidecar
 
 GAP_CLASSES = ("user_gap", "provider_gap", "source_gap", "implementation_gap")
 GAP_CLASS_LABELS = {
@@ -676,3 +687,281 @@ def operator_token_create(*, name: str, username: str) -> tuple[models.AgentToke
         kind="operator_token", execution_id=None, body={"name": name, "prefix": row.prefix, "user": username}
     )
     return row, token
+
+
+# ---- the contract workbench: a tool's side-car, written, previewed and saved as a contract version ---------
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarCheck:
+    """What the workbench shows for one draft side-car of one tool version."""
+
+    extension: Any  # the x-preflight as it would be saved (form fields merged into the JSON)
+    problem: str  # "" when the draft builds a contract
+    where: str  # the offending part, e.g. x-preflight/conditions/0/check
+    obligations: list[dict[str, Any]]  # the draft's obligations for the sample request
+    current: list[dict[str, Any]]  # the current version's, for the same request
+    diff: str  # unified diff of the x-preflight, current -> draft
+    variables: list[str]  # what a condition may read
+    prose: tuple[str, ...]  # rules stated only in the description, to declare or mark reviewed
+    resolves: list[str]  # provider-gap slots of the current version the draft closes
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+def sidecar_of(row: models.ToolContract) -> dict[str, Any]:
+    ext = row.definition.get("x-preflight")
+    if ext is None and isinstance(row.definition.get("_meta"), Mapping):
+        ext = row.definition["_meta"].get("x-preflight")
+    return dict(ext) if isinstance(ext, Mapping) else {}
+
+
+def sidecar_compose(*, text: str, fields: Mapping[str, Any]) -> tuple[Any, str]:
+    """The draft: the JSON text with the form's fields laid over it. Returns (extension, problem)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        return None, f"the JSON is not valid: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    if not isinstance(data, dict):
+        return None, "the side-car is a JSON object"
+    if fields.get("state_change", "").strip():
+        data["state_change"] = fields["state_change"].strip()
+    if fields.get("prose_reviewed"):
+        data["prose_reviewed"] = True
+    notices = [n.strip() for n in str(fields.get("notices", "")).splitlines() if n.strip()]
+    if notices:
+        data["notices"] = notices
+    for name, slot in (fields.get("slots") or {}).items():
+        cfg = {k: v for k, v in slot.items() if v not in (None, "", False)}
+        if cfg:
+            current = data.setdefault("slots", {})
+            if isinstance(current, dict):
+                current[name] = {**current.get(name, {}), **cfg}
+    return data, ""
+
+
+def _sample_evidence(sample: Mapping[str, Any]) -> Evidence:
+    # Sample values stand in for a user's answers: the preview shows what is left once they are given.
+    answers = {f"arg:{k}": Answer(v, "preview") for k, v in sample.items()}
+    answers |= {
+        "fixed:action_name": Answer("preview", "preview"),
+        "fixed:timing": Answer("immediate", "preview"),
+    }
+    return Evidence(now=timezone.now(), answers=answers)
+
+
+def _outcome(slot: Any) -> str:
+    """settled / asked / measured / held, and for a condition evaluated false what it does (block, hold)."""
+    if slot.met is False:
+        return "false: blocks" if slot.detail == "unmet: block" else "false: holds"
+    if slot.status != "unknown":
+        return "settled"
+    return {"ask_user": "asked", "measure": "measured"}.get(
+        slot.route or "", "held" if slot.route else "waits"
+    )
+
+
+def _obligations(contract: Any, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
+    plan = compile_plan(contract, records.active_rules())
+    record = preflight(plan, ExecutionRequest(principal="preview"), _sample_evidence(sample))
+    return [
+        {
+            "key": s.key,
+            "label": s.label,
+            "status": s.status,
+            "route": s.route,
+            "outcome": _outcome(s),
+            "gap": s.gap,
+            "detail": s.detail,
+        }
+        for s in record.slots
+    ]
+
+
+def sidecar_check(
+    *, row: models.ToolContract, extension: Any, problem: str = "", sample: Mapping[str, Any] | None = None
+) -> SidecarCheck:
+    sample = sample or {}
+    base = {k: v for k, v in row.definition.items() if k != "x-preflight"}
+    raw = contract_from_mcp(row.server.name, base, annotations_trusted=row.annotations_trusted)
+    current_contract = records.engine_contract(row)
+    current = _obligations(current_contract, sample)
+    old = pretty_json(sidecar_of(row))
+    variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sorted(sidecar_arguments(row)))]
+    if problem:
+        return SidecarCheck(extension, problem, "", [], current, "", variables, raw.prose_conditions, [])
+    try:
+        draft = contract_from_mcp(
+            row.server.name, base, annotations_trusted=row.annotations_trusted, extension=extension
+        )
+    except ContractError as exc:
+        return SidecarCheck(
+            extension, exc.reason, exc.path, [], current, "", variables, raw.prose_conditions, []
+        )
+    variables += [f"measure.{m}" for m in sorted(draft.extension.measures or {})]
+    obligations = _obligations(draft, sample)
+    gaps_now = {o["key"] for o in current if o["gap"] == "provider_gap"}
+    gaps_after = {o["key"] for o in obligations if o["gap"] == "provider_gap"}
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            pretty_json(extension).splitlines(keepends=True),
+            fromfile=f"{row.name}@{row.digest[7:19]} x-preflight",
+            tofile="draft x-preflight",
+        )
+    )
+    return SidecarCheck(
+        extension,
+        "",
+        "",
+        obligations,
+        current,
+        diff,
+        variables,
+        raw.prose_conditions,
+        sorted(gaps_now - gaps_after),
+    )
+
+
+def sidecar_arguments(row: models.ToolContract) -> list[str]:
+    """The argument paths a side-car may name (slots, conditions), in order."""
+    plan = compile_plan(records.engine_contract(row))
+    return sorted(plan.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarSaved:
+    contract: models.ToolContract
+    resolved_reports: list[int]
+    rechecked: list[str]  # executions preflighted again under the new version
+
+
+@transaction.atomic
+def sidecar_save(*, contract_id: Any, extension: Any, why: str, user: AbstractBaseUser) -> SidecarSaved:
+    """Save a tool's side-car as a new contract version (recording who and why), mark the provider-gap
+    reports it resolves, and preflight again the executions held under the version it replaces."""
+    if not why.strip():
+        raise BadInput("invalid", "why: say why the side-car changes (it goes into the audit record)")
+    try:
+        row = models.ToolContract.objects.select_related("server").get(pk=contract_id)
+    except (models.ToolContract.DoesNotExist, ValueError, TypeError):
+        raise NotFound("unknown_contract", f"no contract {contract_id}") from None
+    if not row.current:
+        raise Conflict(
+            "not_current", f"{row} is not the current version: write the side-car of the current one"
+        )
+    check = sidecar_check(row=row, extension=extension)
+    if not check.ok:
+        raise Unprocessable("invalid_sidecar", f"{check.where or 'x-preflight'}: {check.problem}")
+    who = actor_name(user)
+    srv = models.Server.objects.select_for_update().get(pk=row.server_id)
+    definitions = [
+        r.definition for r in models.ToolContract.objects.filter(server=srv, current=True).order_by("name")
+    ]
+    result = services.catalog_import(
+        server=srv.name,
+        tools=definitions,
+        annotations_trusted=srv.annotations_trusted,
+        actor=who,
+        extensions={row.name: extension},
+    )
+    new = models.ToolContract.objects.get(server=srv, name=row.name, current=True)
+    if new.pk == row.pk:
+        raise Conflict("unchanged", "the side-car is the one this version already has")
+    reports = list(
+        models.GapReport.objects.select_for_update()
+        .filter(cls="provider_gap", server=srv.name, tool=row.name, slot__in=check.resolves)
+        .exclude(status="resolved")
+    )
+    for report in reports:
+        gap_report_set_status(
+            report_id=report.pk,
+            status="resolved",
+            user=user,
+            note=f"side-car {new.digest[7:19]}: {why.strip()}",
+        )
+    rows = models.GapRow.objects.filter(
+        record__contract=row, cls="provider_gap", slot__in=check.resolves
+    ).count()
+    audit_append(
+        kind="sidecar",
+        execution_id=None,
+        body={
+            "server": srv.name,
+            "tool": row.name,
+            "from": row.digest,
+            "to": new.digest,
+            "actor": who,
+            "why": why.strip(),
+            "resolves": check.resolves,
+            "gap_rows_resolved": rows,
+            "reports_resolved": [r.pk for r in reports],
+            "imported": [t.name for t in result.tools if t.version == "new"],
+        },
+    )
+    held = list(
+        models.Execution.objects.filter(contract=row, verdict="hold", rejected_at__isnull=True)
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:100]
+    )
+    rechecked = []
+    for pk in held:
+        services.execution_repreflight(execution_id=pk, trigger="contract")
+        rechecked.append(str(pk))
+    return SidecarSaved(new, [r.pk for r in reports], rechecked)
+
+
+def sidecar_export(server: models.Server) -> dict[str, Any]:
+    """The server's side-car file: every current tool's x-preflight, as `load_sidecars` reads it back."""
+    rows = models.ToolContract.objects.filter(server=server, current=True, valid=True).order_by("name")
+    tools = {r.name: sidecar_of(r) for r in rows if sidecar_of(r)}
+    return {
+        "server": server.name,
+        "source": f"exported from the console at {timezone.now().isoformat()}",
+        "tools": tools,
+    }
+
+
+@transaction.atomic
+def sidecar_import(
+    *, server: models.Server, content: bytes, user: AbstractBaseUser
+) -> services.CatalogImport:
+    """Apply an uploaded side-car file to a server's current tools (as `manage.py load_sidecars` does)."""
+    try:
+        sidecar = parse_sidecar(json.loads(content.decode("utf-8")), "the file")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput("invalid", f"the file is not JSON: {exc}") from None
+    except ContractError as exc:
+        raise BadInput("invalid", f"{exc.reason}{f' at {exc.path}' if exc.path else ''}") from None
+    if sidecar.server != server.name:
+        raise BadInput("invalid", f"the file is the side-car of {sidecar.server!r}, not of {server.name!r}")
+    srv = models.Server.objects.select_for_update().get(pk=server.pk)
+    rows = {r.name: r for r in models.ToolContract.objects.filter(server=srv, current=True)}
+    unknown = sorted(set(sidecar.tools) - set(rows))
+    if unknown:
+        raise BadInput("invalid", f"no current tool {', '.join(unknown)} on {server.name}")
+    for name, extension in sidecar.tools.items():
+        check = sidecar_check(row=rows[name], extension=extension)
+        if not check.ok:
+            raise Unprocessable("invalid_sidecar", f"{name}: {check.where or 'x-preflight'}: {check.problem}")
+    who = actor_name(user)
+    result = services.catalog_import(
+        server=srv.name,
+        tools=[rows[n].definition for n in sorted(rows)],
+        annotations_trusted=srv.annotations_trusted,
+        actor=who,
+        extensions=sidecar.tools,
+    )
+    audit_append(
+        kind="sidecar",
+        execution_id=None,
+        body={
+            "server": srv.name,
+            "actor": who,
+            "why": "imported from a side-car file",
+            "tools": sorted(sidecar.tools),
+        },
+    )
+    return result

@@ -26,9 +26,10 @@ __all__ = [
     "contract_from_mcp",
 ]
 
-Source = Literal["user_answer", "instruction", "preset", "observed", "prior_state"]
-# The search order. Not a trust ranking: stop at the first source that has an answer.
-SOURCES: tuple[Source, ...] = ("user_answer", "instruction", "preset", "observed", "prior_state")
+Source = Literal["user_answer", "instruction", "preset", "observed", "prior_state", "principal"]
+# The search order. Not a trust ranking: stop at the first source that has an answer. `principal` (the
+# identity the call is made for, e.g. a `user_id`) is never a default: an operator names it for its slots.
+SOURCES: tuple[Source, ...] = ("user_answer", "instruction", "preset", "observed", "prior_state", "principal")
 DEFAULT_ARG_SOURCES: tuple[Source, ...] = ("user_answer", "instruction", "preset")
 
 _EXTENSION_SCHEMA: dict[str, Any] = {
@@ -126,7 +127,7 @@ _DEFAULT_SLOT = SlotConfig()
 class MeasureSpec:
     name: str
     lookup: str
-    args: Mapping[str, Any]  # parameter -> "arg:<path>" (a dependency) or a literal
+    args: Mapping[str, Any]  # parameter -> "arg:<path>" (a dependency), "principal", or a literal
     max_age_s: float
     reads: frozenset[str]  # argument paths this lookup needs settled first
 

@@ -23,7 +23,7 @@ from .labels import Label
 from .pointers import Span, check_pointer
 from .record import Finding, Gap, GapClass, MeasureRequest, Question, Record, SlotState, Unmet
 from .request import Answer, Evidence, ExecutionRequest, Observation
-from .schema import BranchGroup, ObjectNode, Property, compile_object, select_branches
+from .schema import BranchGroup, ObjectNode, Property, Unsupported, compile_object, select_branches
 from .validation import PayloadValidator
 
 __all__ = ["Plan", "compile_plan", "preflight", "select_tool"]
@@ -253,6 +253,8 @@ class _Run:
         self.slots: list[SlotState] = []
         # kept by add() as slots come in, so the verdict need not scan every slot again
         self.unknown: list[SlotState] = []
+        # constructs only the whole-payload validation can decide: settled or held once it has run
+        self.value_only: list[tuple[Unsupported, tuple[str, ...]]] = []  # with its object's argument path
         self.confirms: list[SlotState] = []  # settled values still awaiting a person's approval
         self.gaps: list[Gap] = []
         self.unmet: list[Unmet] = []
@@ -349,6 +351,10 @@ class _Run:
                         prior.value,
                         {"record": prior.record_id, "slot": key, "origin": prior.origin},
                     )
+            elif source == "principal":
+                # The identity the call is made for (a token may be restricted to it), not the agent's word.
+                who = self.request.principal
+                return self._found(res, source, principal_id(who), {"principal": who})
             elif source == "contract":
                 declared = self.contract.extension.state_change
                 if declared:
@@ -372,7 +378,11 @@ class _Run:
             res.waits_for = missing
             return None
         args = {
-            k: self.values[v[4:]] if isinstance(v, str) and v.startswith("arg:") else v
+            k: self.values[v[4:]]
+            if isinstance(v, str) and v.startswith("arg:")
+            else principal_id(self.request.principal)
+            if v == "principal"
+            else v
             for k, v in spec.args.items()
         }
         request = MeasureRequest(spec.name, spec.lookup, args, _args_digest(args), spec.max_age_s)
@@ -636,6 +646,9 @@ class _Run:
     def walk_node(self, node: ObjectNode, present: bool) -> None:
         np = self.node_plan(node)
         for item in node.unsupported:
+            if item.value_only:
+                self.value_only.append((item, tuple(node.path.split(".")) if node.path else ()))
+                continue
             self.add(
                 SlotState(
                     f"schema:{item.location}",
@@ -1102,6 +1115,58 @@ class _Run:
             return payload, True, ()
         return payload, False, tuple(validator.errors(payload)[:20])
 
+    def value_only_slots(self, payload: Mapping[str, Any] | None, valid: bool | None) -> None:
+        """The validator is the authority on constructs that only limit acceptable payloads: a grounded
+        payload it accepts satisfies them; one they refuse holds them, since nobody can say what is missing.
+        A payload refused elsewhere (a value's own pattern, say) leaves them waiting: that refusal decides."""
+        refusals: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = ()
+        if valid is False and self.value_only and self.plan.validator is not None:
+            refusals = self.plan.validator.refusals(payload)
+        for item, at in self.value_only:
+            key, where = f"schema:{item.location}", f"{item.construct} at {item.location}"
+            if valid is False and not _responsible(item.construct, at, refusals):
+                valid_here: bool | None = None
+            else:
+                valid_here = valid
+            if valid_here is True:
+                self.add(
+                    SlotState(
+                        key,
+                        "condition",
+                        "provider",
+                        item.construct,
+                        "known",
+                        source="validation",
+                        detail=f"{where}: the payload validates against the whole schema",
+                    )
+                )
+            elif valid_here is False:
+                self.add(
+                    SlotState(
+                        key,
+                        "condition",
+                        "provider",
+                        item.construct,
+                        "unknown",
+                        route="unsupported",
+                        gap="implementation_gap",
+                        detail=f"{where}: {item.detail}, and the payload does not validate",
+                    )
+                )
+            else:
+                # Not counted: the slots still open decide the verdict; this waits for the whole payload.
+                self.slots.append(
+                    SlotState(
+                        key,
+                        "condition",
+                        "provider",
+                        item.construct,
+                        "unknown",
+                        detail=f"{where}: decided by validating the payload once every other slot is settled",
+                        waits_for=("payload",),
+                    )
+                )
+
     def required_path(self, path: str) -> bool:
         root = self.plan.root
         node = root
@@ -1120,6 +1185,7 @@ class _Run:
         self.provider_slots()
         self.conditions()
         payload, valid, errors = self.payload()
+        self.value_only_slots(payload, valid)
         full_digest = digest(payload) if payload is not None else None
         payload_digest = full_digest if valid else None
         self.approvals(payload_digest)
@@ -1193,8 +1259,14 @@ _BAD = object()
 # Findings are immutable, so the plain "nothing here" finding of each source is shared, not rebuilt.
 _NO_RESULT = {
     source: Finding(source, "no_result")
-    for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "contract")
+    for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "principal", "contract")
 }
+
+
+def principal_id(principal: str) -> str:
+    """What a `principal` source or lookup argument gives: the id after the kind (`user:alice` -> `alice`)."""
+    kind, sep, rest = principal.partition(":")
+    return rest if sep and kind and rest else principal
 _INTENT_LABELS = {"fixed:action_name": "what should be done", "fixed:timing": "when it should happen"}
 _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:action_name": {"type": "string", "minLength": 1},
@@ -1218,6 +1290,14 @@ def _timing_at(value: Any) -> datetime | object | None:
     if at.tzinfo is None:
         return _BAD
     return at.astimezone(UTC)
+
+
+def _responsible(
+    construct: str, at: tuple[str, ...], refusals: tuple[tuple[tuple[str, ...], frozenset[str]], ...]
+) -> bool:
+    """Whether a construct may be what refuses the payload: an error about the object it constrains as a
+    whole, or one whose schema path passes through it. An error about one argument's own value is not."""
+    return any(path == at or construct in keywords for path, keywords in refusals)
 
 
 def _rule_owner(rule: Rule) -> Literal["policy", "user"]:

@@ -16,6 +16,15 @@ of ``principal`` reads ``principal``. A root used as a whole (``size(arg)``, ``a
 
 Evaluation fails closed: any runtime failure or a non-boolean result raises `ExpressionError`, never `False`,
 because `False` would be taken as an answer.
+
+List helpers, for positional comparisons the CEL library has no function for (no `lists.range`, no
+`zip`, no `distinct`, no `indexOf`); each fails the expression (`ExpressionError`) on anything but lists:
+
+- ``zip(a, b)``        the pairs ``[a[i], b[i]]``; lists of different lengths fail the expression:
+                       ``zip(arg.item_ids, arg.new_item_ids).all(p, p[0] != p[1])``
+- ``indices(a)``       ``[0, 1, ..., size(a) - 1]``: ``indices(a).all(i, a[i] <= b[i])``
+- ``distinct(a)``      ``a`` without repeats, first occurrences in order: ``size(distinct(a)) == size(a)``
+- ``index_of(a, x)``   the first position of ``x`` in ``a``, -1 when absent
 """
 
 from __future__ import annotations
@@ -30,9 +39,48 @@ import cel
 
 from preflight.errors import ExpressionError
 
-__all__ = ["ROOTS", "Expression", "compile_expression", "evaluate"]
+__all__ = ["HELPERS", "ROOTS", "Expression", "compile_expression", "evaluate"]
 
 ROOTS = ("arg", "measure", "principal", "env")
+
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{name} takes lists, not {type(value).__name__}")
+    return value
+
+
+def _zip(a: Any, b: Any) -> list[list[Any]]:
+    first, second = _list(a, "zip"), _list(b, "zip")
+    if len(first) != len(second):
+        raise ValueError(f"zip of lists of {len(first)} and {len(second)} items")
+    return [[x, y] for x, y in zip(first, second, strict=True)]
+
+
+def _indices(a: Any) -> list[int]:
+    return list(range(len(_list(a, "indices"))))
+
+
+def _distinct(a: Any) -> list[Any]:
+    out: list[Any] = []
+    for item in _list(a, "distinct"):
+        # JSON equality, as CEL's `in` would judge it: true is not 1
+        if not any(type(item) is type(seen) and item == seen for seen in out):
+            out.append(item)
+    return out
+
+
+def _index_of(a: Any, x: Any) -> int:
+    for i, item in enumerate(_list(a, "index_of")):
+        if type(item) is type(x) and item == x:
+            return i
+    return -1
+
+
+HELPERS: Mapping[str, Any] = MappingProxyType(
+    {"zip": _zip, "indices": _indices, "distinct": _distinct, "index_of": _index_of}
+)
 
 _IDENT = r"[A-Za-z_]\w*"
 # `(?<![\w.])` keeps `x.arg` (a field called "arg" of something else) from counting as the root.
@@ -52,6 +100,8 @@ class Expression:
     program: Any = field(compare=False, repr=False, hash=False)
     # The roots it reads: only these are handed to CEL, whose cost grows with the size of its input.
     roots: frozenset[str] = field(default=frozenset(ROOTS), compare=False, repr=False, hash=False)
+    # The list helpers it calls: only then is a CEL context with functions built for it.
+    helpers: frozenset[str] = field(default=frozenset(), compare=False, repr=False, hash=False)
 
 
 def compile_expression(source: str) -> Expression:
@@ -78,7 +128,8 @@ def compile_expression(source: str) -> Expression:
         if not any(read == root or read.startswith(f"{root}:") for read in reads):
             reads.add(_whole(root))
     roots = frozenset(read.partition(":")[0] for read in reads)
-    return Expression(source, frozenset(reads), program, roots)
+    helpers = frozenset(program.functions()) & HELPERS.keys()
+    return Expression(source, frozenset(reads), program, roots, helpers)
 
 
 def evaluate(
@@ -102,7 +153,11 @@ def evaluate(
     if "env" in roots:
         context["env"] = _plain(env) if env is not None else {}
     try:
-        result = expr.program.execute(context)
+        if expr.helpers:
+            functions = {name: HELPERS[name] for name in expr.helpers}
+            result = expr.program.execute(cel.Context(variables=context, functions=functions))
+        else:
+            result = expr.program.execute(context)
     except KeyError as error:
         raise ExpressionError(expr.source, f"no value for {error}") from error
     except TypeError as error:

@@ -2,15 +2,27 @@
 
 Only keywords that change *which arguments are obligatory* matter here (`required`, branches, conditionals,
 dependencies, nesting). Keywords that only constrain a value (`minimum`, `pattern`, `format`, `enum`, ...)
-are left to the payload validator. A structural keyword this module cannot interpret deterministically is
-kept as an `Unsupported` entry, which becomes a slot that holds: never zero slots, never a silent pass.
+are left to the payload validator. References are resolved by `referencing`, as the validator resolves them
+(`$anchor`, `$id` bases, escaped pointers), in the dialect the schema declares. A keyword this module cannot
+interpret is kept as an `Unsupported` entry: one that only constrains acceptable objects (`not`,
+`minProperties`, ...) is settled when the grounded payload validates against the whole schema and holds
+otherwise; an unresolvable reference always holds. Never zero slots, never a silent pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from jsonschema_specifications import REGISTRY as METASCHEMAS
+from referencing import Resource, Specification
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT201909, DRAFT202012, specification_with
+
+if TYPE_CHECKING:
+    from referencing._core import Resolved, Resolver  # documented as referencing's Resolver / Resolved
 
 __all__ = [
     "Branch",
@@ -24,58 +36,15 @@ __all__ = [
     "select_branches",
 ]
 
-# Keywords that only constrain values or document them: the payload validator owns them.
-_VALUE_KEYWORDS = frozenset(
-    {
-        "$schema",
-        "$id",
-        "$comment",
-        "$anchor",
-        "title",
-        "description",
-        "default",
-        "examples",
-        "type",
-        "additionalProperties",
-        "unevaluatedProperties",
-        "patternProperties",
-        "propertyNames",
-        "maxProperties",
-        "readOnly",
-        "writeOnly",
-        "deprecated",
-        "format",
-        "enum",
-        "const",
-        "nullable",
-        "$defs",
-        "definitions",
-        "optional",
-        "x-preflight",
-    }
-)
-_STRUCTURAL = frozenset(
-    {
-        "properties",
-        "required",
-        "oneOf",
-        "anyOf",
-        "allOf",
-        "if",
-        "then",
-        "else",
-        "dependentRequired",
-        "dependencies",
-        "$ref",
-    }
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Unsupported:
     location: str
     construct: str
     detail: str
+    # Only constrains which argument objects are acceptable: a grounded payload that validates against the
+    # whole schema satisfies it. Otherwise (an unresolvable reference) nobody can say what it requires.
+    value_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,42 +102,120 @@ class Selection:
     waiting: frozenset[str]  # discriminators that must be settled before their conditional applies
 
 
+# Keys of a branch or a then/else that only name or identify it: they add no obligation.
+_IDENTIFYING = frozenset(
+    {
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "$comment",
+        "$defs",
+        "definitions",
+        "title",
+        "description",
+        "examples",
+        "deprecated",
+    }
+)
+# Keywords that constrain which argument objects are acceptable without saying which argument is missing.
+# A grounded payload that validates against the whole schema satisfies them: the validator decides.
+_VALUE_ONLY = frozenset(
+    {
+        "not",
+        "dependentSchemas",
+        "minProperties",
+        "maxProperties",
+        "propertyNames",
+        "patternProperties",
+        "unevaluatedProperties",
+        "const",
+        "enum",
+        "$dynamicRef",
+        "$recursiveRef",
+    }
+)
+# How often one schema may be expanded inside itself (a tree's node within a node) before its deeper
+# members are left to the validator as one value.
+_SELF_NESTING = 2
+
+
+# A resolver, or None for the document's own (built only when a reference needs it).
+type _Scope = Resolver[Any] | None
+
+
+def _specification(schema: Mapping[str, Any]) -> Specification[Any]:
+    """The dialect the schema declares (`$schema`), Draft 2020-12 when it declares none or an unknown one."""
+    dialect = schema.get("$schema")
+    return specification_with(dialect if isinstance(dialect, str) else "", default=DRAFT202012)
+
+
 class _Builder:
     def __init__(self, root: Mapping[str, Any]) -> None:
+        self.spec = _specification(root)
         self.root = root
+        self.resolver: Resolver[Any] | None = None  # built at the first reference: most schemas have none
+        # Before 2019-09 a `$ref` replaces its siblings; since then they apply beside it.
+        self.ref_siblings = self.spec in (DRAFT202012, DRAFT201909)
         self.problems: list[Unsupported] = []
-        self.expanding: list[str] = ["#"]  # references being expanded on the way down: a repeat is a cycle
+        self.expanding: list[int] = [id(root)]  # targets being expanded on the way down: a repeat is a cycle
 
-    def resolve(
-        self, schema: Mapping[str, Any], location: str, seen: tuple[str, ...] = ()
-    ) -> Mapping[str, Any]:
+    def document(self) -> Resolver[Any]:
+        """The resolver of the whole document (`None` in a scope stands for it)."""
+        if self.resolver is None:
+            resource = self.spec.create_resource(self.root)
+            base = resource.id() if isinstance(self.root.get("$id"), str) else None
+            # The metaschemas are there for schemas that refer to them, as a validator would find them.
+            registry = METASCHEMAS.with_resource(base or "", resource)
+            # An `$id` or anchor that is no string stops the crawl: only plain pointers resolve then.
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                registry = registry.crawl()
+            self.resolver = registry.resolver(base_uri=base or "")
+        return self.resolver
+
+    def enter(self, schema: Mapping[str, Any], scope: _Scope) -> _Scope:
+        """The resolver for references inside `schema`: its own `$id` changes the base URI."""
+        if "$id" not in schema and "id" not in schema:
+            return scope
+        try:
+            resource = Resource.from_contents(schema, default_specification=self.spec)
+            return (scope or self.document()).in_subresource(resource)
+        except (AttributeError, TypeError, ValueError):
+            return scope  # an `$id` that is no URI: the metaschema check refuses it; nothing to base on
+
+    def lookup(self, ref: str, location: str, scope: _Scope) -> Resolved[Any] | None:
+        try:
+            return (scope or self.document()).lookup(ref)
+        except (Unresolvable, AttributeError, TypeError, ValueError):
+            # Not in this document (a remote schema) or nowhere: nobody can say what it requires.
+            self.problems.append(Unsupported(location, "$ref", f"unresolvable reference {ref}"))
+            return None
+
+    def view(
+        self, schema: Mapping[str, Any], location: str, scope: _Scope, seen: tuple[int, ...] = ()
+    ) -> tuple[Mapping[str, Any], _Scope]:
+        """`schema` with its chain of references followed: what one value is asked and matched against."""
+        scope = self.enter(schema, scope)
         ref = schema.get("$ref")
         if not isinstance(ref, str):
-            return schema
-        if not ref.startswith("#"):
-            self.problems.append(Unsupported(location, "$ref", f"only local references are supported: {ref}"))
-            return {}
-        if ref in seen:
-            self.problems.append(Unsupported(location, "$ref", f"recursive reference {ref}"))
-            return {}
-        target: Any = self.root
-        for token in ref[1:].lstrip("/").split("/") if ref != "#" else []:
-            token = token.replace("~1", "/").replace("~0", "~")
-            if not isinstance(target, Mapping) or token not in target:
-                self.problems.append(Unsupported(location, "$ref", f"unresolvable reference {ref}"))
-                return {}
-            target = target[token]
+            return schema, scope
+        found = self.lookup(ref, location, scope)
+        if found is None:
+            return {}, scope
+        target = found.contents
+        if id(target) in seen:
+            # references that lead back to themselves without describing anything: no payload satisfies them
+            self.problems.append(Unsupported(location, "$ref", f"reference loop through {ref}"))
+            return {}, scope
         if not isinstance(target, Mapping):
-            self.problems.append(Unsupported(location, "$ref", f"reference {ref} is not a schema"))
-            return {}
-        siblings = {k: v for k, v in schema.items() if k != "$ref"}
-        resolved = self.resolve(target, location, (*seen, ref))
-        return {**resolved, **siblings} if siblings else resolved
+            return {}, found.resolver  # `true` or `false`: the validator decides
+        resolved, inner = self.view(target, location, found.resolver, (*seen, id(target)))
+        siblings = {k: v for k, v in schema.items() if k != "$ref"} if self.ref_siblings else {}
+        return ({**resolved, **siblings} if siblings else resolved), inner
 
-    def node(self, schema: Mapping[str, Any], location: str, path: str) -> ObjectNode:
+    def node(self, schema: Mapping[str, Any], location: str, path: str, scope: _Scope) -> ObjectNode:
         acc = _Acc()
         start = len(self.problems)
-        self.merge(schema, location, path, acc)
+        self.merge(schema, location, path, acc, scope, ())
         return ObjectNode(
             location=location,
             path=path,
@@ -181,28 +228,53 @@ class _Builder:
             unsupported=tuple(self.problems[start:]),
         )
 
-    def merge(self, schema: Mapping[str, Any], location: str, path: str, acc: _Acc) -> None:
-        schema = self.resolve(schema, location)
+    def merge(
+        self,
+        schema: Mapping[str, Any],
+        location: str,
+        path: str,
+        acc: _Acc,
+        scope: _Scope,
+        seen: tuple[int, ...],
+    ) -> None:
+        scope = self.enter(schema, scope)
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            # A reference applies its target here, like one more `allOf` entry.
+            found = self.lookup(ref, location, scope)
+            if found is not None and isinstance(found.contents, Mapping):
+                if id(found.contents) in seen:
+                    # the object applies itself at the same level: a loop, not a nesting
+                    self.problems.append(Unsupported(location, "$ref", f"reference loop through {ref}"))
+                else:
+                    self.merge(
+                        found.contents, location, path, acc, found.resolver, (*seen, id(found.contents))
+                    )
+            if not self.ref_siblings:
+                return
         stype = schema.get("type")
         if stype is not None and stype != "object" and not (isinstance(stype, list) and "object" in stype):
-            self.problems.append(Unsupported(location, "type", f"arguments must be an object, not {stype!r}"))
+            self.problems.append(
+                Unsupported(location, "type", f"arguments must be an object, not {stype!r}", value_only=True)
+            )
         for key in schema:
-            if key in _STRUCTURAL or key in _VALUE_KEYWORDS:
-                continue
-            if key in {"not", "dependentSchemas", "minProperties", "$dynamicRef", "$recursiveRef"}:
+            if key in _VALUE_ONLY:
                 self.problems.append(
                     Unsupported(
                         f"{location}/{key}",
                         key,
-                        f"'{key}' decides which arguments are needed in a way this engine does not interpret",
+                        f"'{key}' limits the acceptable arguments in a way this engine does not interpret",
+                        value_only=True,
                     )
                 )
-            # any other keyword is annotation or an unknown extension: it cannot add obligations silently,
-            # because the whole payload is validated against the original schema anyway
+            # any other keyword is a value constraint, an annotation or an unknown extension: it cannot add
+            # obligations silently, because the whole payload is validated against the original schema anyway
         props = schema.get("properties", {})
         if isinstance(props, Mapping):
             for name, sub in props.items():
-                acc.properties[name] = self.prop(name, sub, f"{location}/properties/{_esc(name)}", path)
+                acc.properties[name] = self.prop(
+                    name, sub, f"{location}/properties/{_esc(name)}", path, scope
+                )
         required = schema.get("required", [])
         if isinstance(required, list):
             acc.required.update(r for r in required if isinstance(r, str))
@@ -212,15 +284,15 @@ class _Builder:
                 acc.properties[name] = Property(name, _join(path, name), {}, None)
         for i, sub in enumerate(schema.get("allOf", []) or []):
             if isinstance(sub, Mapping):
-                self.merge(sub, f"{location}/allOf/{i}", path, acc)
+                self.merge(sub, f"{location}/allOf/{i}", path, acc, scope, seen)
         for kind in ("oneOf", "anyOf"):
             alts = schema.get(kind)
             if isinstance(alts, list):
-                group = self.group(kind, alts, f"{location}/{kind}", path, acc)
+                group = self.group(kind, alts, f"{location}/{kind}", path, acc, scope)
                 if group is not None:
                     acc.groups.append(group)
         if "if" in schema:
-            cond = self.conditional(schema, location, path, acc)
+            cond = self.conditional(schema, location, path, acc, scope)
             if cond is not None:
                 acc.conditionals.append(cond)
         dep = schema.get("dependentRequired")
@@ -237,56 +309,89 @@ class _Builder:
                             f"{location}/{source_name}/{_esc(name)}",
                             source_name,
                             "schema-valued dependencies are not interpreted",
+                            value_only=True,
                         )
                     )
 
-    def prop(self, name: str, sub: Any, location: str, path: str) -> Property:
+    def prop(self, name: str, sub: Any, location: str, path: str, scope: _Scope) -> Property:
         if "." in name:
             # Slot keys and payload paths are dotted; such a name could not be told from a nested one.
             self.problems.append(Unsupported(location, "properties", f"property name {name!r} contains '.'"))
         if not isinstance(sub, Mapping):
             return Property(name, _join(path, name), {}, None)
-        ref = sub.get("$ref")
-        if isinstance(ref, str) and ref in self.expanding:
-            self.problems.append(Unsupported(location, "$ref", f"recursive reference {ref}"))
-            return Property(name, _join(path, name), {}, None)
         if len(self.expanding) > 16:
-            self.problems.append(Unsupported(location, "$ref", "references nest deeper than 16 levels"))
+            self.problems.append(
+                Unsupported(location, "$ref", "references nest deeper than 16 levels", value_only=True)
+            )
             return Property(name, _join(path, name), {}, None)
-        resolved = self.resolve(sub, location)
+        start = len(self.problems)
+        resolved, _ = self.view(sub, location, scope)
+        if len(self.problems) > start:
+            return Property(name, _join(path, name), resolved, None)  # the view says why it cannot be read
+        target = self.target(sub, scope)
+        if target is not None and self.expanding.count(target) >= _SELF_NESTING:
+            # A schema that contains itself below this property: the value is checked whole by the validator.
+            self.problems.append(Unsupported(location, "$ref", "recursive reference", value_only=True))
+            return Property(name, _join(path, name), resolved, None)
         child = None
-        if (
-            isinstance(resolved.get("properties"), Mapping)
-            and resolved["properties"]
-            and _is_object(resolved)
-        ):
-            self.expanding.append(ref if isinstance(ref, str) else "")
+        if _is_object(resolved):
+            self.expanding.append(target if target is not None else id(sub))
             try:
-                child = self.node(resolved, location, _join(path, name))
+                node = self.node(sub, location, _join(path, name), scope)
             finally:
                 self.expanding.pop()
+            if node.properties:
+                child = node
+            else:
+                # No members to ask for: a leaf value whose constraints are the validator's.
+                self.problems[start:] = [p for p in self.problems[start:] if not p.value_only]
         return Property(name, _join(path, name), resolved, child)
 
+    def target(self, sub: Mapping[str, Any], scope: _Scope) -> int | None:
+        """Which schema a property's `$ref` lands on, to see a cycle before expanding it."""
+        ref = sub.get("$ref")
+        if not isinstance(ref, str):
+            return None
+        try:
+            return id((self.enter(sub, scope) or self.document()).lookup(ref).contents)
+        except (Unresolvable, AttributeError, TypeError, ValueError):
+            return None
+
     def group(
-        self, kind: Literal["oneOf", "anyOf"], alts: list[Any], location: str, path: str, acc: _Acc
+        self,
+        kind: Literal["oneOf", "anyOf"],
+        alts: list[Any],
+        location: str,
+        path: str,
+        acc: _Acc,
+        scope: _Scope,
     ) -> BranchGroup | None:
         branches = []
+        resolved_alts = []
         for i, alt in enumerate(alts):
             where = f"{location}/{i}"
-            alt = self.resolve(alt, where) if isinstance(alt, Mapping) else alt
+            inner = scope
+            if isinstance(alt, Mapping):
+                alt, inner = self.view(alt, where, scope)
             extra = (
-                set(alt) - {"required", "properties", "title", "description", "type", "additionalProperties"}
+                set(alt) - {"required", "properties", "type", "additionalProperties"} - _IDENTIFYING
                 if isinstance(alt, Mapping)
                 else {"?"}
             )
             if not isinstance(alt, Mapping) or extra or not isinstance(alt.get("required", []), list):
                 self.problems.append(
-                    Unsupported(where, kind, "only branches of `required` names are interpreted")
+                    Unsupported(
+                        where, kind, "only branches of `required` names are interpreted", value_only=True
+                    )
                 )
                 return None
+            resolved_alts.append((i, where, alt, inner))
+        for i, where, alt, inner in resolved_alts:
             for name, sub in (alt.get("properties") or {}).items():
                 if name not in acc.properties:
-                    acc.properties[name] = self.prop(name, sub, f"{where}/properties/{_esc(name)}", path)
+                    acc.properties[name] = self.prop(
+                        name, sub, f"{where}/properties/{_esc(name)}", path, inner
+                    )
             names = frozenset(r for r in alt.get("required", []) if isinstance(r, str))
             for name in names:
                 acc.properties.setdefault(name, Property(name, _join(path, name), {}, None))
@@ -295,12 +400,19 @@ class _Builder:
         return BranchGroup(kind, location, tuple(branches))
 
     def conditional(
-        self, schema: Mapping[str, Any], location: str, path: str, acc: _Acc
+        self, schema: Mapping[str, Any], location: str, path: str, acc: _Acc, scope: _Scope
     ) -> Conditional | None:
-        test = self.resolve(schema["if"], f"{location}/if") if isinstance(schema["if"], Mapping) else None
-        if test is None or set(test) - {"properties", "required", "type"}:
+        test = (
+            self.view(schema["if"], f"{location}/if", scope)[0] if isinstance(schema["if"], Mapping) else None
+        )
+        if test is None or set(test) - {"properties", "required", "type"} - _IDENTIFYING:
             self.problems.append(
-                Unsupported(f"{location}/if", "if", "only `if` on const/enum discriminators is interpreted")
+                Unsupported(
+                    f"{location}/if",
+                    "if",
+                    "only `if` on const/enum discriminators is interpreted",
+                    value_only=True,
+                )
             )
             return None
         tests: dict[str, tuple[Any, ...] | None] = {}
@@ -311,6 +423,7 @@ class _Builder:
                         f"{location}/if/properties/{_esc(name)}",
                         "if",
                         "the discriminator must be tested with const or enum",
+                        value_only=True,
                     )
                 )
                 return None
@@ -326,15 +439,24 @@ class _Builder:
         branches = []
         for key in ("then", "else"):
             sub = schema.get(key, {})
-            sub = self.resolve(sub, f"{location}/{key}") if isinstance(sub, Mapping) else None
-            if sub is None or set(sub) - {"required", "properties", "description"}:
+            inner = scope
+            if isinstance(sub, Mapping):
+                sub, inner = self.view(sub, f"{location}/{key}", scope)
+            else:
+                sub = None
+            if sub is None or set(sub) - {"required", "properties"} - _IDENTIFYING:
                 self.problems.append(
-                    Unsupported(f"{location}/{key}", key, "only `required` in then/else is interpreted")
+                    Unsupported(
+                        f"{location}/{key}",
+                        key,
+                        "only `required` in then/else is interpreted",
+                        value_only=True,
+                    )
                 )
                 return None
             for name, psub in (sub.get("properties") or {}).items():
                 acc.properties.setdefault(
-                    name, self.prop(name, psub, f"{location}/{key}/properties/{name}", path)
+                    name, self.prop(name, psub, f"{location}/{key}/properties/{_esc(name)}", path, inner)
                 )
             names = frozenset(r for r in sub.get("required", []) if isinstance(r, str))
             for name in names:
@@ -356,7 +478,8 @@ class _Acc:
 
 def compile_object(schema: Mapping[str, Any]) -> ObjectNode:
     """Compile a root `inputSchema` (already checked against its metaschema)."""
-    return _Builder(schema).node(schema, "#", "")
+    builder = _Builder(schema)
+    return builder.node(schema, "#", "", None)
 
 
 def select_branches(

@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
 
 __all__ = ["PayloadValidator"]
 
@@ -48,12 +49,24 @@ class _Unsupported(Exception):
     pass
 
 
+# Draft 2019-09 split `dependencies` into dependentRequired / dependentSchemas and dropped it; schemas written
+# for earlier drafts still use it without saying so, and the materializer reads it as dependentRequired.
+# Validating it too (the suite's "dependencies compatibility") can only refuse more payloads, never fewer.
+_COMPATIBLE = {
+    base: jsonschema.validators.extend(
+        base, {"dependencies": jsonschema.Draft7Validator.VALIDATORS["dependencies"]}
+    )
+    for base in (jsonschema.Draft202012Validator, jsonschema.Draft201909Validator)
+}
+
+
 class PayloadValidator:
     """Validate argument objects against one tool's `inputSchema`."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        self.slow = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        checking = _COMPATIBLE.get(cls, cls) if "dependencies" in _keys(schema) else cls
+        self.slow = checking(schema, format_checker=cls.FORMAT_CHECKER)
         self.fast: Check | None = None
         if cls in _FAST_DRAFTS:
             try:
@@ -64,11 +77,46 @@ class PayloadValidator:
     def is_valid(self, instance: Any) -> bool:
         if self.fast is not None and self.fast(instance):
             return True
-        return bool(self.slow.is_valid(instance))
+        try:
+            return bool(self.slow.is_valid(instance))
+        except (Unresolvable, RecursionError):
+            return False  # a reference nobody can follow, or one that loops: the payload is not shown valid
 
     def errors(self, instance: Any) -> list[str]:
-        errors = sorted(self.slow.iter_errors(instance), key=lambda e: list(e.absolute_path))
+        try:
+            errors = sorted(self.slow.iter_errors(instance), key=lambda e: list(e.absolute_path))
+        except Unresolvable as exc:
+            return [f"(arguments): the schema refers to {exc.ref}, which cannot be resolved"]
+        except RecursionError:
+            return ["(arguments): the schema's references loop without end"]
         return [f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors]
+
+    def refusals(self, instance: Any) -> tuple[tuple[tuple[str, ...], frozenset[str]], ...]:
+        """Each error as (the argument path it is about, the keywords on its schema path)."""
+        try:
+            return tuple(
+                (
+                    tuple(str(p) for p in e.absolute_path),
+                    frozenset(str(k) for k in (*e.absolute_schema_path, e.validator)),
+                )
+                for e in self.slow.iter_errors(instance)
+            )
+        except (Unresolvable, RecursionError):
+            return (((), frozenset({"$ref"})),)
+
+
+def _keys(schema: Any) -> set[str]:
+    """Every object key anywhere in the schema (a cheap over-approximation of the keywords it uses)."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            found.update(k for k in node if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _is_number(x: Any) -> bool:

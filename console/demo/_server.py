@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +21,9 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+# Side-car files kept in the repository (one per server): the demo's and real catalogs'.
+SIDECARS = Path(__file__).resolve().parents[2] / "sidecars"
 
 
 class Refused(Exception):

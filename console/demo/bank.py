@@ -9,7 +9,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from console.demo._server import DemoTool, Refused, main, tool_definition
+from console.demo._server import SIDECARS, DemoTool, Refused, main, tool_definition
+from preflight.sidecars import load_sidecar
 
 SERVER = "bank"
 CURRENCY = "EUR"
@@ -21,24 +22,8 @@ OPENING_BALANCES: dict[str, float] = {
     "DE02120300000000202051": 300.00,  # Bob
 }
 
-EXTENSIONS: dict[str, dict[str, Any]] = {
-    "transfer_funds": {
-        "state_change": "money leaves from_account and arrives at to_account",
-        "slots": {
-            "from_account": {"sources": ["user_answer", "instruction", "preset"]},
-            "to_account": {"sources": ["user_answer", "instruction"], "confirm": True},
-        },
-        "measures": {
-            "balance": {"lookup": "bank.balance", "args": {"account": "arg:from_account"}, "max_age_s": 60}
-        },
-        "conditions": [
-            {"id": "balance_covers_amount", "check": "measure.balance >= arg.amount", "on_false": "hold"},
-            {"id": "not_to_self", "check": "arg.from_account != arg.to_account", "on_false": "block"},
-        ],
-        "extra_approval": [{"id": "large_transfer", "when": "arg.amount > 1000"}],
-        "notices": ["Transfers cannot be recalled."],
-    },
-}
+# The side-car is data (sidecars/bank.json); the demo server also serves it in each Tool's _meta.
+EXTENSIONS: dict[str, Any] = dict(load_sidecar(SIDECARS / "bank.json").tools)
 
 TOOL_SPECS: dict[str, dict[str, Any]] = {
     "transfer_funds": {

@@ -9,27 +9,15 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from console.demo._server import DemoTool, Refused, main, tool_definition
+from console.demo._server import SIDECARS, DemoTool, Refused, main, tool_definition
+from preflight.sidecars import load_sidecar
 
 SERVER = "shop"
 
 OPENING_STOCK: dict[str, int] = {"MUG-001": 25, "TSHIRT-M": 5, "POSTER-A2": 0}
 
-EXTENSIONS: dict[str, dict[str, Any]] = {
-    "place_order": {
-        "state_change": "an order is created, stock of sku falls by quantity, payment is taken or invoiced",
-        "slots": {
-            "shipping": {"sources": ["user_answer", "instruction", "preset"]},
-            "card_token": {"sources": ["preset"]},
-        },
-        "measures": {"stock": {"lookup": "shop.stock", "args": {"sku": "arg:sku"}, "max_age_s": 300}},
-        "conditions": [
-            {"id": "stock_covers_quantity", "check": "measure.stock >= arg.quantity", "on_false": "hold"}
-        ],
-        "extra_approval": [{"id": "bulk_order", "when": "arg.quantity > 10"}],
-        "notices": ["Orders ship within two working days."],
-    },
-}
+# The side-car is data (sidecars/shop.json); the demo server also serves it in each Tool's _meta.
+EXTENSIONS: dict[str, Any] = dict(load_sidecar(SIDECARS / "shop.json").tools)
 
 TOOL_SPECS: dict[str, dict[str, Any]] = {
     "place_order": {

@@ -572,3 +572,187 @@ def rules_edit(request: HttpRequest, name: str = "") -> HttpResponse:
     if getattr(request, "htmx", False):
         return render(request, "console/operator/rules_edit.html#result", context)
     return render(request, "console/operator/rules_edit.html", context, status=422 if invalid else 200)
+
+
+# ---- the contract workbench ------------------------------------------------------------------------------
+
+
+class SidecarForm(forms.Form):
+    state_change = forms.CharField(
+        required=False, max_length=2000, label="State change", help_text="what a call of this tool changes"
+    )
+    prose_reviewed = forms.BooleanField(
+        required=False,
+        label="Prose reviewed",
+        help_text="the rules found in the description are declared below",
+    )
+    notices = forms.CharField(
+        required=False,
+        max_length=20_000,
+        label="Notices",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="one per line, shown with every call",
+    )
+    text = forms.CharField(
+        required=False,
+        max_length=200_000,
+        label="x-preflight (JSON)",
+        widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false", "class": "code"}),
+        help_text="measures, conditions (CEL), extra approvals, per-argument sources: the fields above win",
+    )
+    sample = forms.CharField(
+        required=False,
+        max_length=20_000,
+        label="Sample values (JSON)",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "code"}),
+        help_text='argument values the preview treats as the user\'s answers, e.g. {"path": "/tmp/a.txt"}',
+    )
+    why = forms.CharField(
+        required=False, max_length=2000, label="Why", help_text="recorded with the new version"
+    )
+
+
+def _sidecar_fields(form: SidecarForm, arguments: list[str], data: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        k: form.cleaned_data.get(k) for k in ("state_change", "prose_reviewed", "notices")
+    }
+    fields["slots"] = {
+        name: {
+            "confirm": data.get(f"slot-{name}-confirm") == "on",
+            "question": (data.get(f"slot-{name}-question") or "").strip(),
+        }
+        for name in arguments
+    }
+    return fields
+
+
+@require_http_methods(["GET", "POST"])
+@operator_only
+def contract_sidecar(request: HttpRequest, pk: int) -> HttpResponse:
+    row = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
+    if not row.valid:
+        raise Http404("an invalid definition has no contract to write a side-car for")
+    current = ops.sidecar_of(row)
+    arguments = ops.sidecar_arguments(row)
+    check: ops.SidecarCheck | None = None
+    problem = ""
+    saved: ops.SidecarSaved | None = None
+    if request.method == "POST":
+        form = SidecarForm(request.POST)
+        form.is_valid()
+        extension, compose_problem = ops.sidecar_compose(
+            text=form.cleaned_data.get("text", ""), fields=_sidecar_fields(form, arguments, request.POST)
+        )
+        try:
+            sample = json.loads(form.cleaned_data.get("sample") or "{}")
+        except json.JSONDecodeError as exc:
+            sample, compose_problem = {}, compose_problem or f"sample values: not JSON ({exc.msg})"
+        if not isinstance(sample, dict):
+            sample, compose_problem = {}, compose_problem or "sample values: a JSON object of argument values"
+        check = ops.sidecar_check(row=row, extension=extension, problem=compose_problem, sample=sample)
+        if request.POST.get("action") == "save" and check.ok:
+            try:
+                saved = ops.sidecar_save(
+                    contract_id=row.pk,
+                    extension=extension,
+                    why=form.cleaned_data.get("why", ""),
+                    user=request.user,  # type: ignore[arg-type]
+                )
+            except ServiceError as exc:
+                problem = exc.detail
+            else:
+                messages.success(
+                    request,
+                    f"Saved {row.server.name}/{row.name}@{saved.contract.digest[7:19]}; "
+                    f"{len(saved.resolved_reports)} gap report(s) resolved, "
+                    f"{len(saved.rechecked)} held execution(s) preflighted again.",
+                )
+                return redirect(reverse("operator:contract", args=[saved.contract.pk]))
+    else:
+        text = json.dumps(current, indent=2, ensure_ascii=False) if current else "{}"
+        form = SidecarForm(
+            initial={
+                "state_change": current.get("state_change", ""),
+                "prose_reviewed": bool(current.get("prose_reviewed")),
+                "notices": "\n".join(current.get("notices") or []),
+                "text": text,
+            }
+        )
+        check = ops.sidecar_check(row=row, extension=current)
+    slots = current.get("slots") or {}
+    context = {
+        "contract": row,
+        "form": form,
+        "check": check,
+        "problem": problem,
+        "saved": saved,
+        "draft": ops.pretty_json(check.extension) if check and check.extension is not None else "",
+        "arguments": [
+            {
+                "name": name,
+                "confirm": request.POST.get(f"slot-{name}-confirm") == "on"
+                if request.method == "POST"
+                else bool(slots.get(name, {}).get("confirm")),
+                "question": request.POST.get(f"slot-{name}-question", "")
+                if request.method == "POST"
+                else slots.get(name, {}).get("question", ""),
+            }
+            for name in arguments
+        ],
+    }
+    if getattr(request, "htmx", False):
+        return render(request, "console/operator/sidecar.html#result", context)
+    invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
+    return render(request, "console/operator/sidecar.html", context, status=422 if invalid else 200)
+
+
+@require_GET
+@operator_only
+def server_sidecar_export(request: HttpRequest, pk: int) -> HttpResponse:
+    server = get_object_or_404(models.Server, pk=pk)
+    body = json.dumps(ops.sidecar_export(server), indent=2, ensure_ascii=False) + "\n"
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{server.name}.json"'
+    return response
+
+
+@require_POST
+@operator_only
+def server_sidecar_import(request: HttpRequest, pk: int) -> HttpResponse:
+    server = get_object_or_404(models.Server, pk=pk)
+    upload = request.FILES.get("file")
+    problem = ""
+    try:
+        if upload is None:
+            raise ServiceError("invalid", "choose a side-car file")
+        result = ops.sidecar_import(server=server, content=upload.read(), user=request.user)  # type: ignore[arg-type]
+    except ServiceError as exc:
+        problem = exc.detail
+    if problem:
+        return render(
+            request,
+            "console/operator/error.html",
+            {"title": "Side-car not imported", "reason": problem},
+            status=422,
+        )
+    messages.success(request, f"Imported the side-car: {len(result.tools)} tool(s) checked.")
+    return redirect(reverse("operator:server", args=[server.pk]))
+
+
+@require_GET
+@operator_only
+def tool_sidecar(request: HttpRequest) -> HttpResponse:
+    """From a gap row or a gap report (which name a server and a tool): the current version's workbench."""
+    row = (
+        models.ToolContract.objects.filter(
+            server__name=request.GET.get("server", ""),
+            name=request.GET.get("tool", ""),
+            current=True,
+            valid=True,
+        )
+        .only("pk")
+        .first()
+    )
+    if row is None:
+        raise Http404("no current contract of that tool")
+    return redirect(reverse("operator:contract-sidecar", args=[row.pk]))

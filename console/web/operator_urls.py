@@ -20,6 +20,16 @@ urlpatterns = [
     path("catalog/servers/<int:pk>/trust/", operator.server_trust, name="server-trust"),
     path("catalog/contracts/<int:pk>/", operator.contract_detail, name="contract"),
     path("catalog/contracts/<int:pk>/diff/<int:other>/", operator.contract_diff, name="contract-diff"),
+    path("catalog/contracts/<int:pk>/sidecar/", operator.contract_sidecar, name="contract-sidecar"),
+    path(
+        "catalog/servers/<int:pk>/sidecar.json", operator.server_sidecar_export, name="server-sidecar-export"
+    ),
+    path(
+        "catalog/servers/<int:pk>/sidecar/import/",
+        operator.server_sidecar_import,
+        name="server-sidecar-import",
+    ),
+    path("catalog/sidecar/", operator.tool_sidecar, name="tool-sidecar"),
     path("rules/", operator.rules, name="rules"),
     path("rules/new/", operator.rules_edit, name="rules-new"),
     path("rules/<str:name>/edit/", operator.rules_edit, name="rules-edit"),

@@ -25,6 +25,7 @@ from catalog_util import (
     grounded_request,
 )
 from jsonschema.validators import validator_for
+from test_sidecars import SIDECARS as SIDECAR_DIR
 
 from preflight import (
     ContractError,
@@ -36,6 +37,7 @@ from preflight import (
     contract_from_mcp,
     preflight,
 )
+from preflight.sidecars import load_sidecar
 
 pytestmark = pytest.mark.skipif(
     not catalogs_present(),
@@ -202,17 +204,96 @@ def test_the_share_of_catalog_tools_with_an_unsupported_slot_is_reported_and_eac
 
 
 @pytest.mark.parametrize("server", SERVERS)
-def test_an_unsupported_keyword_added_to_any_catalog_schema_holds_a_grounded_request(server: str) -> None:
+def test_a_value_only_keyword_added_to_any_catalog_schema_that_the_payload_fails_holds_as_unsupported(
+    server: str,
+) -> None:
+    failures = []
+    for tool in _tools_of(server):
+        schema = dict(tool.get("inputSchema") or {"type": "object"})
+        schema["not"] = {}  # refuses every payload, and the engine cannot say what would satisfy it
+        o = _preflight_grounded(server, {**tool, "inputSchema": schema})
+        if "schema:#/not" not in _unsupported(o.record) or o.record.verdict != "hold":
+            failures.append(
+                f"{tool['name']}: verdict {o.record.verdict}, unsupported {_unsupported(o.record)}"
+            )
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_value_only_keyword_added_to_any_catalog_schema_that_the_payload_satisfies_is_settled_by_validation(
+    server: str,
+) -> None:
     failures = []
     for tool in _tools_of(server):
         schema = dict(tool.get("inputSchema") or {"type": "object"})
         schema["not"] = {"required": ["__preflight_never__"]}
+        plain = _preflight_grounded(server, tool).record
+        o = _preflight_grounded(server, {**tool, "inputSchema": schema})
+        slot = next((s for s in o.record.slots if s.key == "schema:#/not"), None)
+        if o.record.verdict != plain.verdict or (
+            plain.payload_valid and (slot is None or slot.status != "known")
+        ):
+            failures.append(
+                f"{tool['name']}: verdict {o.record.verdict} (without: {plain.verdict}), slot {slot}"
+            )
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_unresolvable_reference_added_to_any_catalog_schema_holds_a_grounded_request(server: str) -> None:
+    failures = []
+    for tool in _tools_of(server):
+        schema = dict(tool.get("inputSchema") or {"type": "object"})
+        schema["allOf"] = [*schema.get("allOf", []), {"$ref": "https://schemas.example.com/remote.json"}]
         o = _preflight_grounded(server, {**tool, "inputSchema": schema})
         if not _unsupported(o.record) or o.record.verdict != "hold":
             failures.append(
                 f"{tool['name']}: verdict {o.record.verdict}, unsupported {_unsupported(o.record)}"
             )
     assert not failures, "\n".join(failures)
+
+
+# --- shipped side-cars -----------------------------------------------------------------------------------
+
+SIDECARS = {sc.server: sc for sc in (load_sidecar(p) for p in sorted(SIDECAR_DIR.glob("*.json")))}
+
+
+def _without_provider_gap(server: str, tool: Mapping[str, Any], extension: Any) -> bool:
+    contract = contract_from_mcp(server, tool, extension=extension)
+    record = preflight(compile_plan(contract), EMPTY, Evidence(now=NOW))
+    return not any(g.cls == "provider_gap" for g in record.gaps)
+
+
+def test_tools_that_materialize_without_a_provider_gap_are_reported_per_catalog_with_and_without_side_cars(
+    capsys: pytest.CaptureFixture[str], record_property: Any
+) -> None:
+    raw: Counter[str] = Counter()
+    shipped: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    worse = []
+    for server, tool in TOOLS:
+        totals[server] += 1
+        extension = SIDECARS[server].tools.get(tool["name"]) if server in SIDECARS else None
+        before = _without_provider_gap(server, tool, None)
+        after = _without_provider_gap(server, tool, extension) if extension is not None else before
+        raw[server] += before
+        shipped[server] += after
+        if before and not after:
+            worse.append(f"{server}/{tool['name']}")
+        if extension is not None and not after:
+            worse.append(f"{server}/{tool['name']}: its shipped side-car leaves a provider gap")
+    lines = [
+        f"{server:<24} without {raw[server]:>3}/{totals[server]:<3}  with shipped side-cars "
+        f"{shipped[server]:>3}/{totals[server]}"
+        for server in SERVERS
+    ]
+    _report(capsys, "tools that materialize without a provider gap (empty request):", lines)
+    record_property(
+        "without_provider_gap",
+        {s: {"raw": raw[s], "side-cars": shipped[s], "of": totals[s]} for s in SERVERS},
+    )
+    assert not worse, "\n".join(worse)
+    assert shipped["mcp-server-filesystem"] == totals["mcp-server-filesystem"] > 0
 
 
 # --- grounded requests ------------------------------------------------------------------------------------

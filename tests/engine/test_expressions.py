@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,46 @@ def test_a_non_bool_result_raises() -> None:
 def test_an_unknown_function_raises_at_evaluation() -> None:
     with pytest.raises(ExpressionError):
         evaluate(compile_expression("launch(arg.x)"), args={"x": 1}, measures={})
+
+
+# --- list helpers ------------------------------------------------------------------------------------------
+
+
+def _holds(source: str, **args: Any) -> bool:
+    return evaluate(compile_expression(source), args=args, measures={})
+
+
+def test_zip_compares_two_lists_position_by_position() -> None:
+    check = "zip(arg.old, arg.new).all(p, p[0] != p[1])"
+    assert _holds(check, old=["a", "b"], new=["c", "d"]) is True
+    assert _holds(check, old=["a", "b"], new=["c", "b"]) is False
+
+
+def test_zip_of_lists_of_different_lengths_has_no_answer() -> None:
+    with pytest.raises(ExpressionError, match="zip"):
+        _holds("zip(arg.old, arg.new).all(p, p[0] != p[1])", old=["a", "b"], new=["c"])
+
+
+def test_indices_give_every_position_of_a_list() -> None:
+    assert _holds("indices(arg.xs).all(i, arg.xs[i] <= arg.ys[i])", xs=[1, 2], ys=[1, 3]) is True
+    assert _holds("indices(arg.xs) == [0, 1, 2]", xs=["a", "b", "c"]) is True
+
+
+def test_distinct_drops_repeats_by_json_equality() -> None:
+    assert _holds("size(distinct(arg.xs)) == size(arg.xs)", xs=["a", "b"]) is True
+    assert _holds("size(distinct(arg.xs)) == size(arg.xs)", xs=["a", "b", "a"]) is False
+    assert _holds("distinct(arg.xs) == [1, true]", xs=[1, True, 1]) is True
+
+
+def test_index_of_finds_the_first_position_or_minus_one() -> None:
+    assert _holds("index_of(arg.xs, 'b') == 1 && index_of(arg.xs, 'z') == -1", xs=["a", "b", "b"]) is True
+
+
+def test_a_list_helper_given_something_else_than_a_list_has_no_answer() -> None:
+    with pytest.raises(ExpressionError):
+        _holds("size(distinct(arg.x)) == 1", x="abc")
+
+
+def test_an_expression_reading_list_helpers_still_names_only_its_roots_as_reads() -> None:
+    expr = compile_expression("zip(arg.a, measure.b).all(p, p[0] == p[1])")
+    assert expr.reads == {"arg:a", "measure:b"}

@@ -392,22 +392,31 @@ def test_the_same_inputs_give_the_same_record(case: Case) -> None:
 
 # --- unsupported constructs -------------------------------------------------------------------------------
 
+# Constructs the engine does not read, each refusing every payload: they must hold, naming the construct.
 UNSUPPORTED: tuple[tuple[str, Any], ...] = (
-    ("not", {"required": ["a"]}),
-    ("minProperties", 1),
-    ("dependentSchemas", {"a": {"required": ["b"]}}),
+    ("not", {}),
+    ("minProperties", 1000),
+    ("dependentSchemas", {name: False for name in ("a", "b", "c", "d", "k", "n", "x", "y", "remote")}),
     ("$ref", "https://schemas.example.com/remote.json"),
-    ("if", {"properties": {"a": {"minimum": 3}}}),
-    ("oneOf", [{"required": ["a"]}, {"required": ["b"], "not": {"required": ["c"]}}]),
-    ("dependencies", {"a": {"required": ["b"]}}),
+    ("if", {"properties": {"__never__": {"maxLength": 3}}}),  # passes on every payload: `then` refuses
+    ("oneOf", [{"required": ["a"], "not": {}}, {"not": {}}]),
+    ("const", "not an object"),
+)
+# Constructs the engine does not read that accept every generated payload: the validator settles them.
+SATISFIED: tuple[tuple[str, Any], ...] = (
+    ("not", {"required": ["__never__"]}),
+    ("maxProperties", 1000),
+    ("propertyNames", {"maxLength": 10}),
+    ("dependentSchemas", {"__never__": False}),
+    ("patternProperties", {"^__never__$": False}),
+    ("if", {"properties": {"a": {"minimum": 3}}, "required": ["__never__"]}),
 )
 
 
-@st.composite
-def unsupported_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str]]:
-    schema, types = draw(supported_schemas())
-    keyword, value = draw(st.sampled_from(UNSUPPORTED))
-    construct = {keyword: value} if keyword != "if" else {"if": value, "then": {"required": ["b"]}}
+def _place(draw: st.DrawFn, schema: dict[str, Any], keyword: str, value: Any) -> None:
+    construct = {keyword: value} if keyword != "if" else {"if": value, "then": False}
+    if keyword == "dependentSchemas" and value.get("a") is False:
+        construct = {keyword: value, "minProperties": 1}  # some argument is there, so its dependency refuses
     if keyword == "$ref":
         construct = {"properties": {"remote": {"$ref": value}}, "required": ["remote"]}
     where = draw(st.sampled_from(("allOf", "nested", "property")))
@@ -418,22 +427,50 @@ def unsupported_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str]
         schema["properties"]["remote"] = {"$ref": value}
     else:
         schema["allOf"] = [*schema.get("allOf", []), construct]
+
+
+@st.composite
+def unsupported_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str]]:
+    schema, types = draw(supported_schemas())
+    keyword, value = draw(st.sampled_from(UNSUPPORTED))
+    _place(draw, schema, keyword, value)
+    return schema, types
+
+
+@st.composite
+def satisfied_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str]]:
+    schema, types = draw(supported_schemas())
+    keyword, value = draw(st.sampled_from(SATISFIED))
+    _place(draw, schema, keyword, value)
     return schema, types
 
 
 @FAST
 @given(cases(unsupported_schemas()))
-def test_a_schema_with_an_unsupported_construct_gives_an_unsupported_slot_and_never_executes(
-    case: Case,
-) -> None:
+def test_a_construct_the_engine_does_not_read_never_executes_a_payload_it_refuses(case: Case) -> None:
     try:
         record = run(case)
     except ContractError:
         pytest.fail("a valid schema with an unsupported construct was refused instead of held")
+    assert record.verdict != "execute"
     unsupported = [s for s in record.slots if s.route == "unsupported"]
-    assert unsupported, [s.key for s in record.slots]
     assert all(s.status == "unknown" and s.gap == "implementation_gap" for s in unsupported)
-    assert record.verdict == "hold"
+    if record.unknown_count == len(unsupported) and record.payload_valid is not True:
+        # nothing else is open: the construct that refuses the payload holds it, named
+        assert unsupported, [s.key for s in record.slots]
+        assert record.verdict == "hold"
+
+
+@FAST
+@given(cases(satisfied_schemas(), pool=("absent", "verified", "answer")))
+def test_a_construct_the_engine_does_not_read_but_the_payload_satisfies_does_not_stop_it(case: Case) -> None:
+    """The validator is the authority on complete: the clean payload executes as it would without it."""
+    expected = clean_payload(case)
+    if not Draft202012Validator(case.schema).is_valid(expected):
+        return
+    record = run(case)
+    assert record.verdict == "execute", (record.reasons, [s.key for s in record.slots if not s.settled])
+    assert record.payload == expected
 
 
 @pytest.mark.parametrize(
@@ -446,14 +483,14 @@ def test_a_schema_with_an_unsupported_construct_gives_an_unsupported_slot_and_ne
             "properties": {"tree": {"$ref": "#/$defs/node"}},
             "required": ["tree"],
         },
+        {"type": "object", "allOf": [{"$ref": "#"}], "properties": {"a": {"type": "string"}}},
     ],
-    ids=["root-reference", "defs-reference"],
+    ids=["root-reference", "defs-reference", "root-applies-itself"],
 )
-def test_a_recursive_local_reference_is_an_unsupported_slot_not_a_crash(schema: dict[str, Any]) -> None:
+def test_a_recursive_local_reference_neither_crashes_nor_executes_unasked(schema: dict[str, Any]) -> None:
     case = Case(schema, {}, {}, {}, {})
     record = run(case)
-    assert any(s.route == "unsupported" for s in record.slots)
-    assert record.verdict == "hold"
+    assert record.verdict in ("ask", "hold")
 
 
 def test_a_property_name_with_a_dot_reaches_the_payload_under_its_own_name_or_is_reported_unsupported() -> (
@@ -467,3 +504,18 @@ def test_a_property_name_with_a_dot_reaches_the_payload_under_its_own_name_or_is
     if not unsupported:
         assert record.verdict == "execute", record.reasons
         assert record.payload == {"a.b": "valab"}
+
+
+@FAST
+@given(cases(st.one_of(satisfied_schemas(), unsupported_schemas())))
+def test_with_constructs_left_to_the_validator_an_execute_still_means_a_valid_payload_of_found_values(
+    case: Case,
+) -> None:
+    record = run(case)
+    if record.verdict != "execute":
+        return
+    assert record.payload is not None
+    assert Draft202012Validator(case.schema).is_valid(record.payload), record.payload
+    for path, value in leaves(record.payload):
+        slot = record.slot(f"arg:{path}")
+        assert slot.findings and slot.findings[-1].outcome == "found" and slot.value == value, slot

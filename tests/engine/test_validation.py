@@ -122,3 +122,28 @@ def test_the_fast_path_agrees_with_jsonschema_on_every_bound(keyword: str, offse
         validator = PayloadValidator(schema)
         reference = jsonschema.Draft202012Validator(schema)
         assert validator.fast is not None and validator.fast({"a": value}) == reference.is_valid({"a": value})
+
+
+def test_a_reference_the_validator_cannot_follow_refuses_the_payload_instead_of_raising() -> None:
+    schema = {"type": "object", "properties": {"a": {"items": {"$ref": "https://example.com/remote.json"}}}}
+    validator = PayloadValidator(schema)
+    assert validator.is_valid({"a": [1]}) is False
+    assert "cannot be resolved" in validator.errors({"a": [1]})[0]
+
+
+def test_references_that_loop_refuse_the_payload_instead_of_exhausting_the_stack() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"n": {"$ref": "#/$defs/n"}},
+        "properties": {"a": {"$ref": "#/$defs/n"}},
+    }
+    validator = PayloadValidator(schema)
+    assert validator.is_valid({"a": 1}) is False
+    assert validator.errors({"a": 1})
+
+
+def test_legacy_dependencies_in_a_2020_12_schema_are_validated_as_dependencies() -> None:
+    # The materializer reads `dependencies` as dependentRequired; the validator must not let it pass.
+    validator = PayloadValidator({"type": "object", "dependencies": {"bar": ["foo"]}})
+    assert validator.is_valid({"bar": 1}) is False
+    assert validator.is_valid({"bar": 1, "foo": 2}) is True
