@@ -328,11 +328,11 @@ def test_an_edited_value_voids_its_approval(grounded: ExecutionRequest) -> None:
 
 
 def test_a_large_transfer_needs_an_approval_of_the_exact_payload(alice: Said) -> None:
-    said = Said("Send 5,000 from DE11 to DE02 1203 0000 now")
+    said = Said("Send 5,000.00 from DE11 to DE02 1203 0000 now")
     req = request(
         said,
         {
-            "amount": (5000, "5,000"),
+            "amount": (5000, "5,000.00"),
             "from_account": ("DE11", "DE11"),
             "to_account": ("DE0212030000", "DE02 1203 0000"),
         },
