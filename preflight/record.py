@@ -63,6 +63,8 @@ class SlotState:
     detail: str | None = None
     met: bool | None = None  # conditions: True/False once evaluated
     waits_for: tuple[str, ...] = ()
+    # Why the tool's schema refuses the value in `candidate` (a user-answerable one is asked again).
+    refused: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -85,7 +87,9 @@ class SlotState:
         }
         if self.gap is not None:
             out["gap"] = self.gap
-        if self.unverified:
+        if self.refused is not None:
+            out["refused"] = {"value": self.candidate, "reason": self.refused}
+        elif self.unverified:
             out["candidate"] = {"value": self.candidate, "verified": False}
         if self.detail is not None:
             out["detail"] = self.detail
@@ -96,18 +100,39 @@ class SlotState:
         return out
 
 
+QuestionKind = Literal["value", "choice", "without"]
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Question:
+    """What the user is asked. `schema` is what an answer must satisfy before it counts (otherwise 422
+    `invalid_answer`). `kind`: "value" (say the value), "choice" (pick one of `options`, by label or
+    index), "without" (the tool has no such setting: answer null to go ahead without it).
+    `reason`: why the value stated before cannot be used. `proposed`: a value the conversation proposed
+    that did not settle the slot, shown beside the question, one element or none."""
+
     slot: str
     text: str
     schema: Mapping[str, Any]
     options: tuple[str, ...] = ()
+    kind: QuestionKind = "value"
+    reason: str | None = None
+    proposed: tuple[Any, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"slot": self.slot, "text": self.text, "schema": dict(self.schema)}
+        out: dict[str, Any] = {
+            "slot": self.slot,
+            "kind": self.kind,
+            "text": self.text,
+            "schema": dict(self.schema),
+        }
         if self.options:
             out["options"] = list(self.options)
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.proposed:
+            out["proposed"] = {"value": self.proposed[0], "verified": False}
         return out
 
 
@@ -231,15 +256,16 @@ def _body_digest(body: dict[str, Any]) -> str:
     for slot in body["slots"]:
         if not (written_as_is(slot["value"]) and written_as_is(slot["pointer"])):
             return digest(body)
-        candidate = slot.get("candidate")
-        if candidate is not None and not written_as_is(candidate):
-            return digest(body)
+        for extra in ("candidate", "refused"):
+            candidate = slot.get(extra)
+            if candidate is not None and not written_as_is(candidate):
+                return digest(body)
         for finding in slot["findings"]:
             pointer = finding.get("pointer")
             if pointer is not None and not written_as_is(pointer):
                 return digest(body)
     for question in body["questions"]:
-        if not written_as_is(question["schema"]):
+        if not written_as_is(question["schema"]) or not written_as_is(question.get("proposed")):
             return digest(body)
     for measure in body["measures"]:
         if not written_as_is(measure["args"]):

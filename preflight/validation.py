@@ -17,7 +17,7 @@ import jsonschema
 from jsonschema.validators import validator_for
 from referencing.exceptions import Unresolvable
 
-__all__ = ["PayloadValidator"]
+__all__ = ["PayloadValidator", "same_json"]
 
 Check = Callable[[Any], bool]
 
@@ -104,6 +104,17 @@ class PayloadValidator:
         except (Unresolvable, RecursionError):
             return (((), frozenset({"$ref"})),)
 
+    def located_errors(self, instance: Any) -> list[tuple[tuple[str | int, ...], str]]:
+        """(where in the payload, what is wrong) for every error, in payload order."""
+        errors = sorted(self.slow.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+        return [(tuple(e.absolute_path), e.message) for e in errors]
+
+    def value_errors(self, schema: Mapping[str, Any], value: Any) -> list[str]:
+        """What `schema`, a part of this tool's schema, refuses in `value`; local `$ref`s resolve against the
+        whole schema, and formats are checked as for the payload."""
+        sub = self.slow.evolve(schema=schema)
+        return [e.message for e in sorted(sub.iter_errors(value), key=lambda e: [str(p) for p in e.path])]
+
 
 def _keys(schema: Any) -> set[str]:
     """Every object key anywhere in the schema (a cheap over-approximation of the keywords it uses)."""
@@ -146,6 +157,11 @@ def _json_equal(a: Any, b: Any) -> bool:
     if type(a) is dict:
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     return bool(a == b)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values: 1 and 1.0 are, 1 and True are not."""
+    return _json_equal(a, b)
 
 
 def _compile(schema: Any, formats: jsonschema.FormatChecker) -> Check:
