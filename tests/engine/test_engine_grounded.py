@@ -1,4 +1,4 @@
-"""What reaches a tool is exactly what the user grounded: undeclared arguments, refused values, kept proposals.
+"""What reaches a tool is exactly what the user grounded: undeclared arguments, refused values, proposals.
 
 Each refused call is shown by its verdict (never `execute`) and by its payload: an engine record that is
 not `execute` never gets a grant, so no call reaches the tool.
