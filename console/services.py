@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from console import connectors, egress, models, records
 from console.audit import audit_append, audit_batch
-from console.errors import BadInput, Conflict, NotFound, Unprocessable
+from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, Unprocessable
 from console.signing import signer, verification_keys
 from preflight import (
     ContractError,
@@ -39,6 +39,7 @@ from preflight import (
     select_tool,
     verify_grant,
 )
+from preflight.answers import answer_problem, rememberable
 from preflight.approvals import value_digest
 from preflight.canonical import canonical_json, digest
 from preflight.errors import ChecklistError, RequestError
@@ -815,16 +816,15 @@ def _check_answer_key(execution: models.Execution, key: str) -> None:
     if key.startswith("arg:"):
         if execution.contract is None:
             raise Unprocessable("unknown_slot", f"{key}: choose the action first (answer fixed:tool)")
-        plan = compile_plan(records.engine_contract(execution.contract))
-        if key[4:] not in plan.arguments:
-            raise Unprocessable("unknown_slot", f"{key}: the tool has no such argument")
+        if not key[4:] or "" in key[4:].split("."):
+            raise Unprocessable("unknown_slot", f"{key}: not an argument path")
+        # An argument the tool does not declare is answerable too: what the user states is never dropped;
+        # the preflight makes it a slot and the whole-payload validation decides whether the tool takes it.
         return
     # Conditions, approvals and rules are settled by code and by approvers, never by an answer.
     raise Unprocessable("not_answerable", f"{key}: this slot is not settled by an answer")
 
 
-@transaction.atomic
-@audit_batch()
 def execution_answer(
     *,
     execution_id: Any,
@@ -834,7 +834,55 @@ def execution_answer(
     actor: str,
     remember: Sequence[str] = (),
 ) -> models.PreflightRecord:
-    """Record the user's answers (remembered ones become presets, with consent) and preflight again."""
+    """Record the user's answers (remembered ones become presets, with consent) and preflight again.
+
+    Each answer is checked against its question's schema first: one it refuses raises InvalidAnswer
+    (`invalid_answer`, or `not_rememberable` for a remember the slot does not allow), and nothing is
+    settled; the refused attempt is still written to the audit chain (committed before the raise)."""
+    outcome = _execution_answer(
+        execution_id=execution_id,
+        answers=answers,
+        answered_by=answered_by,
+        channel=channel,
+        actor=actor,
+        remember=remember,
+    )
+    if isinstance(outcome, InvalidAnswer):
+        raise outcome
+    return outcome
+
+
+def _refused_answer(
+    execution: models.Execution, answers: Mapping[str, Any], remember: Sequence[str]
+) -> InvalidAnswer | None:
+    contract = execution.contract
+    plan = compile_plan(records.engine_contract(contract)) if contract is not None else None
+    asked: dict[str, Mapping[str, Any]] = {}
+    if execution.records:
+        for question in records.latest_record(execution).record.get("questions") or []:
+            asked[question["slot"]] = question["schema"]
+    for key, value in answers.items():
+        problem = answer_problem(plan, key, value, asked)
+        if problem is not None:
+            return InvalidAnswer(key, problem)
+    for key in remember:
+        if not rememberable(plan, key):
+            reason = "this slot does not take remembered values (its sources lack user_answer or preset)"
+            return InvalidAnswer(key, reason, code="not_rememberable")
+    return None
+
+
+@transaction.atomic
+@audit_batch()
+def _execution_answer(
+    *,
+    execution_id: Any,
+    answers: Mapping[str, Any],
+    answered_by: str,
+    channel: str,
+    actor: str,
+    remember: Sequence[str] = (),
+) -> models.PreflightRecord | InvalidAnswer:
     execution = _lock_execution(execution_id)
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran; submit a new one")
@@ -847,6 +895,23 @@ def execution_answer(
         canonical_json(dict(answers))
     except TypeError as exc:
         raise BadInput("invalid", f"answers: {exc}") from None
+    refused = _refused_answer(execution, answers, remember)
+    if refused is not None:
+        audit_append(
+            kind="answer_refused",
+            execution_id=execution.pk,
+            body={
+                "answered_by": answered_by,
+                "channel": channel,
+                "actor": actor,
+                "answers": {k: value_digest(v) for k, v in answers.items()},
+                "remember": list(remember),
+                "error": refused.code,
+                "slot": refused.slot,
+                "reason": refused.reason,
+            },
+        )
+        return refused
     models.Answer.objects.bulk_create(
         models.Answer(
             execution=execution,
