@@ -16,7 +16,7 @@ from console import services
 from console.api.access import execution_or_404
 from console.api.common import AGENT_PERMISSIONS, actor, errors
 from console.api.fields import AnyJSON, Array, Flag, Integer, Object, Text
-from console.api.records import RecordOut
+from console.api.records import InvalidAnswerOut, RecordOut
 from console.errors import BadInput
 from console.records import has_answer_rows, record_answer
 
@@ -288,8 +288,15 @@ class ExecutionAnswerView(APIView):
     @extend_schema(
         operation_id="executions_answer",
         summary="Answer questions (and optionally remember answers); the execution is preflighted again",
+        description="Each answer is checked against its question's `schema` first (an answer to a slot not "
+        "asked now, against the schema its question would carry). One the schema refuses answers 422 "
+        "`invalid_answer` with `slot` and `reason`, and nothing is settled; the attempt is still recorded in "
+        "the audit chain. Answers for arguments the tool does not declare are accepted: they become slots, "
+        "and the whole-payload validation decides (a tool that cannot take one asks whether to go ahead "
+        "without it: answer null). `remember` is refused (422 `not_rememberable`) for a slot whose sources "
+        "lack user_answer or preset.",
         request=AnswersIn,
-        responses={200: RecordOut, **errors(404, 409, 422)},
+        responses={200: RecordOut, **errors(404, 409), 422: InvalidAnswerOut},
     )
     def post(self, request: Request, execution_id: str) -> Response:
         data = AnswersIn(data=request.data)

@@ -35,18 +35,47 @@ class SlotOut(serializers.Serializer):
     findings = FindingOut(many=True)
     gap = serializers.CharField(required=False)
     candidate = serializers.DictField(
-        required=False, help_text="an unverified proposal: shown, never counted"
+        required=False,
+        help_text="an unverified proposal `{value, verified: false}`: shown, never counted (kept also beside "
+        "a value another source settled, and for a slot that does not take values from the conversation)",
+    )
+    refused = serializers.DictField(
+        required=False,
+        help_text="`{value, reason}`: a value found for the slot that the tool's schema refuses; it settles "
+        "nothing. A user-answerable slot is asked again with the reason (route ask_user, gap user_gap); "
+        "anything else holds",
     )
     detail = serializers.CharField(required=False)
     met = serializers.BooleanField(required=False)
     waits_for = serializers.ListField(child=serializers.CharField(), required=False)
 
 
+class ProposedOut(serializers.Serializer):
+    value = AnyJSON()
+    verified = serializers.BooleanField()
+
+
 class QuestionOut(serializers.Serializer):
-    slot = serializers.CharField()
+    slot = serializers.CharField(help_text="the slot key to answer, in `answers`")
+    kind = serializers.ChoiceField(
+        choices=["value", "choice", "without"],
+        help_text="value: say the value; choice: one of `options` (its label, or its index); without: the "
+        "action has no setting for this undeclared argument, answer null to go ahead without it",
+    )
     text = serializers.CharField()
-    schema = serializers.DictField()
+    schema = serializers.DictField(
+        help_text="JSON Schema an answer must satisfy before it counts (otherwise 422 `invalid_answer`); an "
+        "optional argument's schema admits null, which leaves it out"
+    )
     options = serializers.ListField(child=serializers.CharField(), required=False)
+    reason = serializers.CharField(
+        required=False,
+        help_text="why the value stated before cannot be used (what the tool's schema refuses)",
+    )
+    proposed = ProposedOut(
+        required=False,
+        help_text="what the conversation proposed for this slot, unverified: shown, not counted",
+    )
 
 
 class UnmetOut(serializers.Serializer):
@@ -107,3 +136,16 @@ class RecordOut(serializers.Serializer):
 class ErrorOut(serializers.Serializer):
     error = serializers.CharField()
     detail = serializers.CharField()
+
+
+class InvalidAnswerOut(serializers.Serializer):
+    error = serializers.ChoiceField(
+        choices=["invalid_answer", "not_rememberable", "unknown_slot", "not_answerable"],
+        help_text="invalid_answer: the question's schema refuses the answer; not_rememberable: `remember` "
+        "names a slot whose sources lack user_answer or preset. Nothing is settled; the attempt is audited",
+    )
+    detail = serializers.CharField()
+    slot = serializers.CharField(
+        required=False, help_text="the answer's slot key (invalid_answer, not_rememberable)"
+    )
+    reason = serializers.CharField(required=False, help_text="what the question's schema refuses")

@@ -79,3 +79,19 @@ def test_the_schema_describes_the_connector_the_gate_reads(schema: dict[str, Any
     assert set(connector) == {"kind", "command", "url", "timeout_s", "connect_timeout_s"}
     assert "PREFLIGHT_MCP_STDIO_ALLOW" in connector["command"]["description"]
     assert "PREFLIGHT_HTTP_ALLOW" in connector["url"]["description"]
+
+
+def test_the_answers_operation_documents_invalid_answer_and_the_question_shape(
+    schema: dict[str, Any],
+) -> None:
+    operation = schema["paths"]["/api/v1/executions/{execution_id}/answers"]["post"]
+    refused = operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[
+        -1
+    ]
+    body = schema["components"]["schemas"][refused]["properties"]
+    assert {"error", "detail", "slot", "reason"} <= set(body)
+    assert "invalid_answer" in operation["description"]
+    assert "invalid_answer" in body["error"]["description"]
+    question = schema["components"]["schemas"]["QuestionOut"]["properties"]
+    assert {"slot", "kind", "text", "schema", "reason", "proposed"} <= set(question)
+    assert "refused" in schema["components"]["schemas"]["SlotOut"]["properties"]
