@@ -604,7 +604,8 @@ class _Run:
                     detail=f"{label}: not grounded in the user's words",
                 )
             )
-            self.questions.append(Question(ob.key, ob.question, _INTENT_SCHEMAS[ob.key]))
+            proposed = (res.candidate,) if res.unverified else ()
+            self.questions.append(Question(ob.key, ob.question, _INTENT_SCHEMAS[ob.key], proposed=proposed))
         else:
             self.add(
                 SlotState(
@@ -801,7 +802,7 @@ class _Run:
         if res.status == "known" and res.refused is None and self.plan.validator is not None:
             # Checked before anything reads it: a value the tool refuses settles nothing, so no condition
             # or lookup is judged on it.
-            problems = self.plan.validator.value_errors(prop.schema, res.value)
+            problems = self.plan.validator.value_errors(prop.schema, res.value, kept=True)
             if problems:
                 res.refused = "; ".join(problems[:3])
         if res.status != "unknown" and res.refused is None:
@@ -849,7 +850,9 @@ class _Run:
                 detail=f"no grounded value selects one {group.kind} alternative",
             )
         )
-        self.questions.append(Question(key, self.sanitize(text), {"enum": list(options)}, options))
+        self.questions.append(
+            Question(key, self.sanitize(text), {"enum": list(options)}, options, kind="choice")
+        )
 
     def arg_slot(
         self, prop: Property, res: _Resolution, required: bool, info: PropInfo | None = None
@@ -1007,19 +1010,12 @@ class _Run:
             if prop is not None and prop.child is not None and prop.path not in self.arg_slots:
                 continue  # a member of a declared object: that object's walk has it
             key = f"arg:{path}"
-            clash = (
-                prop is not None
-                or "" in path.split(".")
-                or any(
-                    other != path and (path.startswith(other + ".") or other.startswith(path + "."))
-                    for other in paths
-                    if other.startswith(prefix) and other.split(".")[0] == path.split(".")[0]
-                )
-            )
+            # "amount.x" beside a scalar amount, or "a.b" for an undeclared "a": a name with a dot cannot be
+            # told from a nested argument, and no payload holds both readings.
+            clash = "." in rest or rest == ""
             cfg = self.contract.slot_config(path)
             label = path.replace("_", " ").replace(".", " ")
             if clash:
-                # "amount.x" beside a scalar amount, or "a" beside "a.b": no payload holds both.
                 slot = SlotState(
                     key,
                     "value",
@@ -1027,7 +1023,7 @@ class _Run:
                     label,
                     "unknown",
                     route="hold",
-                    detail="no place in the arguments: it would overwrite or nest inside another value",
+                    detail="no place in the arguments: a dotted name, or inside a value that is no object",
                 )
                 self.arg_slots[path] = slot
                 self.add(slot)
@@ -1661,7 +1657,9 @@ def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evid
             gap="user_gap",
             detail=f"{len(changing)} actions could do this",
         )
-        questions = (Question("fixed:tool", fixed_tool.question, {"enum": list(options)}, options),)
+        questions = (
+            Question("fixed:tool", fixed_tool.question, {"enum": list(options)}, options, kind="choice"),
+        )
         verdict = "ask"
     return Record(
         verdict=verdict,

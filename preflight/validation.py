@@ -68,6 +68,9 @@ class PayloadValidator:
         checking = _COMPATIBLE.get(cls, cls) if "dependencies" in _keys(schema) else cls
         self.slow = checking(schema, format_checker=cls.FORMAT_CHECKER)
         self.fast: Check | None = None
+        self.formats: jsonschema.FormatChecker | None = cls.FORMAT_CHECKER if cls in _FAST_DRAFTS else None
+        # Compiled checks of parts of the schema (a property's), by the part's identity: see value_errors.
+        self.parts: dict[int, tuple[Mapping[str, Any], Check | None]] = {}
         if cls in _FAST_DRAFTS:
             try:
                 self.fast = _compile(schema, cls.FORMAT_CHECKER)
@@ -109,9 +112,23 @@ class PayloadValidator:
         errors = sorted(self.slow.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
         return [(tuple(e.absolute_path), e.message) for e in errors]
 
-    def value_errors(self, schema: Mapping[str, Any], value: Any) -> list[str]:
+    def value_errors(self, schema: Mapping[str, Any], value: Any, *, kept: bool = False) -> list[str]:
         """What `schema`, a part of this tool's schema, refuses in `value`; local `$ref`s resolve against the
-        whole schema, and formats are checked as for the payload."""
+        whole schema, and formats are checked as for the payload. `kept`: `schema` lives as long as this
+        validator (a compiled plan's property), so its fast check is compiled once and kept."""
+        if kept and self.formats is not None:
+            entry = self.parts.get(id(schema))
+            if entry is None or entry[0] is not schema:
+                try:
+                    check: Check | None = _compile(schema, self.formats)
+                except _Unsupported:
+                    check = None
+                entry = (schema, check)
+                if len(self.parts) >= 1024:
+                    self.parts.clear()  # plans recompiled over a long run: their old parts go
+                self.parts[id(schema)] = entry
+            if entry[1] is not None and entry[1](value):
+                return []
         sub = self.slow.evolve(schema=schema)
         return [e.message for e in sorted(sub.iter_errors(value), key=lambda e: [str(p) for p in e.path])]
 

@@ -262,3 +262,11 @@ def test_a_candidate_beside_a_settling_answer_stays_in_the_record() -> None:
     assert (slot.value, slot.source) == (4, "user_answer")
     assert slot.to_json()["candidate"] == {"value": 3, "verified": False}
     assert record.verdict == "execute" and record.payload == {"isbn": "9783161484100", "qty": 4}
+
+
+def test_an_undeclared_dotted_name_holds_rather_than_guessing_it_is_nested() -> None:
+    said = Said("Order 3 of 9783161484100 now, a.b is 7")
+    record = run(order(), said, {**GROUNDED, "a.b": (7, "7")})
+    assert record.verdict == "hold"
+    assert record.slot("arg:a.b").route == "hold"
+    assert record.payload is not None and "a" not in record.payload
