@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any, Final, Literal
 
 from preflight.errors import RequestError
@@ -237,7 +238,7 @@ def _check_scalar(
     if not _is_verifiable_scalar(value):
         return SpanCheck(ok=False, reason="unverifiable_value", text=text)
     content = conversation[span.turn].content
-    if not _BIDI_CONTROLS.isdisjoint(content):
+    if _has_bidi_controls(content):
         return SpanCheck(ok=False, reason="bidi_control", text=text)
     if not _on_token_boundary(content, span.start, span.end):
         return SpanCheck(ok=False, reason="not_a_whole_token", text=text)
@@ -286,6 +287,15 @@ def _is_verifiable_scalar(value: object) -> bool:
 # --- token boundaries -----------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1024)
+def _has_bidi_controls(content: str) -> bool:
+    # Cached: every pointer into a turn asks about the same turn; a str caches its own hash.
+    return not _BIDI_CONTROLS.isdisjoint(content)
+
+
+_PLAIN_EDGES: Final = frozenset(" \t\n\r")
+
+
 def _is_word_char(c: str) -> bool:
     """Letters, digits of any script (superscripts too) and combining marks: all continue a token."""
     return unicodedata.category(c)[0] in "LNM"
@@ -307,6 +317,12 @@ def _on_token_boundary(content: str, start: int, end: int) -> bool:
     text = content[start:end]
     if unicodedata.category(text[0])[0] == "M":
         return False  # starts inside a grapheme
+    if (start == 0 or content[start - 1] in _PLAIN_EDGES) and (
+        end == len(content)
+        or content[end] in _PLAIN_EDGES
+        or (content[end] in ",.;:!?" and (end + 1 == len(content) or content[end + 1] in _PLAIN_EDGES))
+    ):
+        return True  # the common case: whitespace (or the turn's edge, or a sentence mark) on both sides
     core = _strip_wrapping(text)
     starts_with_number = core[:1] in _ASCII_DIGITS
     ends_with_number = core[-1:] in _ASCII_DIGITS
