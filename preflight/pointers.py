@@ -108,11 +108,14 @@ _ID_SEPARATORS: Final = re.compile(r"[ \-\u2010\u2012\u2013]")
 
 # Characters that join two parts of one token ("1.500", "BOB-7", "bob.smith@x", "a/b"): a span that stops at
 # one of them, with a letter or digit beyond it, has cut a token in two.
-_JOINERS: Final = ".,'\u2019_-\u2010\u2011\u2012\u2013/@:\\&#+~="
+_JOINERS: Final = ".,'\u2019_-\u2010\u2011\u2012\u2013\u2014/@:\\&#+~=\u00b7\u2027\u066b\u066c"
 # Before a number these change it: "-5" is not 5, ".5" is not 5, "±5" is not 5.
-_NUMBER_PREFIXES: Final = "+-\u2212\u00b1.,"
+_NUMBER_PREFIXES: Final = "+-\u2212\u00b1.,\u2010\u2011\u2012\u2013\u2014\ufe63\uff0d<>\u2264\u2265~\u2248"
 # After a number these change what it counts: "50%" is not 50.
-_NUMBER_SUFFIXES: Final = "%\u2030\u2031"
+_NUMBER_SUFFIXES: Final = "%\u2030\u2031+"
+# Digits on both sides of one of these are one number to a reader: "1 500" may be fifteen hundred, so neither
+# "1" nor "500" is a whole token there; and "DE02 1203" is one IBAN, so "DE02" is not.
+_DIGIT_GROUP_SPACES: Final = frozenset(" \u00a0\u2007\u2009\u202f")
 # Explicit embeddings, overrides and isolates reorder what the user saw on screen.
 _BIDI_CONTROLS: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
@@ -317,6 +320,8 @@ def _on_token_boundary(content: str, start: int, end: int) -> bool:
     text = content[start:end]
     if unicodedata.category(text[0])[0] == "M":
         return False  # starts inside a grapheme
+    if _digit_grouped(content, start - 1, -1, text[0]) or _digit_grouped(content, end, 1, text[-1]):
+        return False
     if (start == 0 or content[start - 1] in _PLAIN_EDGES) and (
         end == len(content)
         or content[end] in _PLAIN_EDGES
@@ -349,6 +354,14 @@ def _on_token_boundary(content: str, start: int, end: int) -> bool:
         if ends_with_number and c in _NUMBER_SUFFIXES:
             return False
     return True
+
+
+def _digit_grouped(content: str, i: int, step: int, edge: str) -> bool:
+    """Whether the span's edge digit continues, across one group space at `i`, into another digit."""
+    if not (0 <= i < len(content)) or content[i] not in _DIGIT_GROUP_SPACES or not edge.isdigit():
+        return False
+    beyond = i + step
+    return 0 <= beyond < len(content) and content[beyond].isdigit()
 
 
 def _possessive(content: str, i: int) -> bool:

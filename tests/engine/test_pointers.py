@@ -613,6 +613,22 @@ def point(content: str, words: str, value: object, schema: dict[str, object] | N
         ("Pay 5\u0665 now", "5", 5),  # an Arabic-Indic digit continues the number
         ("Pay 500x2 now", "500", 500),
         ("id ABC_123", "ABC", "ABC"),
+        ("Pay 1 500 EUR", "500", 500),  # "1 500" may be fifteen hundred
+        ("Pay 1 500 EUR", "1", 1),
+        ("Pay 1\u202f500 EUR", "500", 500),
+        ("to DE02 1203 0000 now", "DE02", "DE02"),  # the first group of an IBAN
+        ("to DE02 1203 0000 now", "0000", "0000"),
+        ("Pay \u20135 EUR", "5", 5),  # an en dash used as a minus
+        ("Pay <5 EUR", "5", 5),
+        ("Pay ~5 EUR", "5", 5),
+        ("Pay 5\u00b75 EUR", "5", 5),  # a middle dot as a decimal mark
+        ("Pay 5+ EUR", "5", 5),
+        ("at 12:30 today", "12", 12),
+        ("on 2025-03-04", "2025", 2025),
+        ("take 3/4 of it", "3", 3),
+        ("the 1st one", "1", 1),
+        ("Pay 5\u20e3 now", "5", 5),  # a keycap is a combining mark
+        ("Pay 5\u00bd now", "5", 5),  # a vulgar fraction is a number
     ],
 )
 def test_a_span_that_cuts_a_token_never_verifies(content: str, words: str, value: object) -> None:
