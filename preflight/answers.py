@@ -12,10 +12,13 @@ from typing import Any
 
 import jsonschema
 from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
 
 from .checklist import FIXED_CHECKLIST
 from .engine import _INTENT_SCHEMAS, Plan, question_schema
+from .errors import SchemaUnusable
 from .schema import ObjectNode, Property
+from .validation import NO_RETRIEVAL
 
 __all__ = ["answer_problem", "rememberable"]
 
@@ -37,12 +40,17 @@ def answer_problem(
         schema = _unasked_schema(plan, key)
     if schema is None:
         return None  # nothing here says what the answer must be; the preflight decides
-    if key.startswith("arg:") and plan is not None and plan.validator is not None:
-        problems = plan.validator.value_errors(schema, value)
-    else:
-        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-        problems = [e.message for e in validator.iter_errors(value)]
+    try:
+        if key.startswith("arg:") and plan is not None and plan.validator is not None:
+            problems = plan.validator.value_errors(schema, value)
+        else:
+            cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+            validator = cls(schema, format_checker=cls.FORMAT_CHECKER, registry=NO_RETRIEVAL)
+            problems = [e.message for e in validator.iter_errors(value)]
+    except SchemaUnusable as exc:
+        return f"it cannot be checked: {exc.reason}"
+    except Unresolvable as exc:
+        return f"it cannot be checked: the schema has a reference nothing here resolves ({exc.ref})"
     return "; ".join(problems[:3]) if problems else None
 
 

@@ -17,7 +17,7 @@ from .approvals import approval_state
 from .canonical import digest
 from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation, Rule, rules_stamp
 from .contract import MeasureSpec, SlotConfig, ToolContract
-from .errors import ExpressionError
+from .errors import ExpressionError, SchemaUnusable
 from .expressions import Expression, evaluate
 from .labels import Label
 from .pointers import Span, check_pointer
@@ -802,7 +802,13 @@ class _Run:
         if res.status == "known" and res.refused is None and self.plan.validator is not None:
             # Checked before anything reads it: a value the tool refuses settles nothing, so no condition
             # or lookup is judged on it.
-            problems = self.plan.validator.value_errors(prop.schema, res.value, kept=True)
+            try:
+                problems = self.plan.validator.value_errors(prop.schema, res.value, kept=True)
+            except SchemaUnusable as exc:
+                # Nobody can tell whether the tool takes this value: it settles nothing, and holds.
+                res.findings.append(Finding(res.source or "schema", "error", detail=exc.reason))
+                res.status, res.error, res.reason = "unknown", True, exc.reason
+                problems = []
             if problems:
                 res.refused = "; ".join(problems[:3])
         if res.status != "unknown" and res.refused is None:
@@ -892,7 +898,7 @@ class _Run:
         gap: GapClass | None = None
         detail = None
         if res.error:
-            route, detail = "hold", "a lookup failed; the slot cannot be settled from it"
+            route, detail = "hold", res.reason or "a lookup failed; the slot cannot be settled from it"
         elif res.measure is not None or res.waits_for:
             route = "measure"
         elif "user_answer" in cfg.sources:
@@ -1314,9 +1320,12 @@ class _Run:
         validator = self.plan.validator
         if validator is None:
             return payload, None, ()
-        if validator.is_valid(payload):
-            return payload, True, ()
-        refusals, unblamed = self.blame(validator, payload)
+        try:
+            if validator.is_valid(payload):
+                return payload, True, ()
+            refusals, unblamed = self.blame(validator, payload)
+        except SchemaUnusable as exc:
+            return payload, False, (exc.reason,)
         for path, (reason, without) in refusals.items():
             self.refuse(path, self.arg_slots[path].value, reason, without=without)
         errors = tuple((*(f"arg:{p}: {r}" for p, (r, _) in refusals.items()), *unblamed)[:20])

@@ -270,3 +270,38 @@ def test_an_undeclared_dotted_name_holds_rather_than_guessing_it_is_nested() -> 
     assert record.verdict == "hold"
     assert record.slot("arg:a.b").route == "hold"
     assert record.payload is not None and "a" not in record.payload
+
+
+# --- schemas the validator cannot fully read ----------------------------------------------------------------
+
+
+def test_a_reference_nothing_local_resolves_holds_and_is_never_fetched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import urllib.request
+
+    def no_network(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the gate opened a URL a tool schema named")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    schema = {
+        "$id": "http://localhost:1234/tool.json",
+        "type": "object",
+        "properties": {"qty": {"type": "integer"}, "isbn": {"$ref": "#/$defs/isbn"}},
+        "$defs": {"isbn": {"$id": "folder/", "allOf": [{"$ref": "isbn.json"}]}},
+        "required": ["qty", "isbn"],
+    }
+    record = run(order(schema), SAID, GROUNDED)
+    assert record.verdict == "hold"
+    slot = record.slot("arg:isbn")
+    assert (slot.status, slot.route) == ("unknown", "hold")
+    assert any(f.outcome == "error" and "reference" in (f.detail or "") for f in slot.findings)
+
+
+def test_an_argument_named_only_by_a_dependency_is_still_subject_to_it() -> None:
+    # {"dependentRequired": {"gift_wrap": ["note"]}} with no `properties`: gift_wrap is not an undeclared
+    # extra that slips past the dependency, it is an argument whose presence makes `note` obligatory.
+    schema = {**ORDER_SCHEMA, "dependentRequired": {"gift_wrap": ["wrap_colour"]}}
+    record = run(order(schema), SAID, {**GROUNDED, "gift_wrap": (True, "yes")})
+    assert record.verdict == "ask"
+    assert [q.slot for q in record.questions] == ["arg:wrap_colour"]
