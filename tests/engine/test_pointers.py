@@ -789,3 +789,29 @@ def test_a_pointer_that_verifies_a_string_covers_text_no_letter_or_digit_touches
         assert not visible or unicodedata.category(visible[-1])[0] not in "LNM"
         visible = [c for c in after if unicodedata.category(c) != "Cf"]
         assert not visible or unicodedata.category(visible[0])[0] not in "LNM"
+
+
+# Every character that some compatibility fold (NFKC, casefold) or digit reading turns into an ASCII letter or
+# digit without being one: superscripts, fullwidth, circled, mathematical, other scripts' digits, ligatures.
+_FOLDS_TO_ASCII = sorted(
+    c
+    for c in map(chr, range(0x80, 0x30000))
+    if ((folded := unicodedata.normalize("NFKC", c)) != c and folded.isascii() and folded.isalnum())
+    or (c.isdigit() and not c.isascii())
+)
+
+
+@given(
+    st.text(alphabet="ABCDEFXYZabcxyz0123456789", min_size=1, max_size=10),
+    st.data(),
+)
+def test_no_character_that_only_folds_to_ascii_ever_stands_for_it(word: str, data: st.DataObject) -> None:
+    i = data.draw(st.integers(0, len(word) - 1))
+    look_alike = data.draw(st.sampled_from(_FOLDS_TO_ASCII))
+    text = word[:i] + look_alike + word[i + 1 :]
+    conversation = [user(f"to {text} now")]
+    span = Span(0, 3, 3 + len(text))
+    assert not check_pointer(conversation, span, word).ok
+    if word.isdigit():
+        assert not check_pointer(conversation, span, int(word)).ok
+        assert not check_pointer(conversation, span, float(word)).ok
