@@ -1031,7 +1031,8 @@ class _Run:
                     route="hold",
                     detail="no place in the arguments: a dotted name, or inside a value that is no object",
                 )
-                self.arg_slots[path] = slot
+                # Not an argument slot: it has no place in the payload, and nothing that reads the argument
+                # it seems to sit in waits for it.
                 self.add(slot)
                 continue
             res = self.walk_sources(key, cfg.sources, path=path, schema={}, config=cfg)
