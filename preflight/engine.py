@@ -266,6 +266,7 @@ class _Run:
         self.arg_slots: dict[str, SlotState] = {}
         self.arg_props: dict[str, tuple[Property, bool]] = {}  # argument path -> (property, required)
         self.undeclared_at: dict[str, str] = {}  # undeclared argument path -> the object path it sits in
+        self.extra_paths: list[str] | None = None  # evidence for paths the schema does not declare
         self.resolved: dict[str, _Resolution] = {}
         self.objects: list[str] = []  # nested objects that are present, even with no settled member
         self.deferred = False
@@ -1003,9 +1004,15 @@ class _Run:
     def undeclared(self, node: ObjectNode) -> None:
         """Values for arguments this object does not declare. What the user stated is never silently left
         out: each becomes a slot like any other, and the whole-payload validation decides."""
-        paths = self.evidence_paths()
+        if self.extra_paths is None:
+            # Computed once per run: most requests name declared arguments only, and then this is all.
+            declared = self.plan.arguments
+            extra = {p for p in self.request.candidates if p not in declared}
+            for mapping in (self.evidence.answers, self.evidence.presets, self.evidence.prior):
+                extra.update(k[4:] for k in mapping if k[:4] == "arg:" and k[4:] not in declared)
+            self.extra_paths = sorted(extra)
         prefix = f"{node.path}." if node.path else ""
-        for path in sorted(paths):
+        for path in self.extra_paths:
             if not path.startswith(prefix) or path in self.arg_slots:
                 continue
             rest = path[len(prefix) :]

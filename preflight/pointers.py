@@ -119,6 +119,8 @@ _DIGIT_GROUP_SPACES: Final = frozenset(" \u00a0\u2007\u2009\u202f")
 # Explicit embeddings, overrides and isolates reorder what the user saw on screen.
 _BIDI_CONTROLS: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
+_PLAIN_DECIMAL: Final = re.compile(r"-?[0-9]+\.[0-9]+", re.ASCII)
+
 _AMBIGUOUS: Final = object()
 
 
@@ -243,7 +245,7 @@ def _check_scalar(
     content = conversation[span.turn].content
     if _has_bidi_controls(content):
         return SpanCheck(ok=False, reason="bidi_control", text=text)
-    if not _on_token_boundary(content, span.start, span.end):
+    if not _on_token_boundary(content, span.start, span.end, text):
         return SpanCheck(ok=False, reason="not_a_whole_token", text=text)
     matched = _match(text, value, schema, None)
     if matched is _AMBIGUOUS:
@@ -314,13 +316,16 @@ def _neighbour(content: str, i: int, step: int) -> int | None:
     return None
 
 
-def _on_token_boundary(content: str, start: int, end: int) -> bool:
-    """Whether [start, end) starts and ends on token boundaries: no letter, digit or mark touches either side
-    (directly, through invisible characters, or through a joiner such as the "." of "1.500")."""
-    text = content[start:end]
-    if unicodedata.category(text[0])[0] == "M":
-        return False  # starts inside a grapheme
-    if _digit_grouped(content, start - 1, -1, text[0]) or _digit_grouped(content, end, 1, text[-1]):
+def _on_token_boundary(content: str, start: int, end: int, text: str) -> bool:
+    """Whether `text`, content[start:end], starts and ends on token boundaries: no letter, digit or mark
+    touches either side (directly, through invisible characters, or through a joiner such as the "." of
+    "1.500")."""
+    first, last = text[0], text[-1]
+    if first >= "\x80" and unicodedata.category(first)[0] == "M":
+        return False  # starts inside a grapheme (ASCII has no marks)
+    if (first.isdigit() and _digit_grouped(content, start - 1, -1)) or (
+        last.isdigit() and _digit_grouped(content, end, 1)
+    ):
         return False
     if (start == 0 or content[start - 1] in _PLAIN_EDGES) and (
         end == len(content)
@@ -356,9 +361,9 @@ def _on_token_boundary(content: str, start: int, end: int) -> bool:
     return True
 
 
-def _digit_grouped(content: str, i: int, step: int, edge: str) -> bool:
-    """Whether the span's edge digit continues, across one group space at `i`, into another digit."""
-    if not (0 <= i < len(content)) or content[i] not in _DIGIT_GROUP_SPACES or not edge.isdigit():
+def _digit_grouped(content: str, i: int, step: int) -> bool:
+    """Whether a span's edge digit continues, across one group space at `i`, into another digit."""
+    if not (0 <= i < len(content)) or content[i] not in _DIGIT_GROUP_SPACES:
         return False
     beyond = i + step
     return 0 <= beyond < len(content) and content[beyond].isdigit()
@@ -401,6 +406,8 @@ def _match(text: str, value: object, schema: Mapping[str, Any] | None, mark: Dec
             return True  # the exact spelling: digits and a leading minus read one way only
         return _number_matches(text, value, mark)
     if type(value) is float:
+        if text == repr(value) and _PLAIN_DECIMAL.fullmatch(text) and len(text) - text.index(".") != 4:
+            return True  # Python's own spelling, whose fraction is not three digits: it reads one way only
         return _number_matches(text, value, mark)
     if type(value) is str:
         return _str_matches(text, value, schema)
