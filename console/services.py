@@ -1297,15 +1297,20 @@ class _Refusal:
     detail: str
 
 
-def execution_run(*, execution_id: Any, token: str, actor: str) -> RunOutcome:
-    """The gate: only a grant issued for exactly this call runs it, once. Never retried."""
+def execution_run(
+    *, execution_id: Any, token: str, actor: str, call_tool: Callable[..., Any] | None = None
+) -> RunOutcome:
+    """The gate: only a grant issued for exactly this call runs it, once. Never retried.
+
+    `call_tool` (same signature and failure classes as `connectors.call_tool`) is how the MCP gateway sends
+    the granted payload over its kept upstream session instead of a connection of its own."""
     claim = _gate_claim(execution_id=execution_id, token=token, actor=actor)
     if isinstance(claim, _Refusal):
         raise Conflict(claim.code, claim.detail)
     timeout = float(claim.connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S)
     result: Any = None
     try:
-        result = connectors.call_tool(
+        result = (call_tool or connectors.call_tool)(
             claim.connector, claim.server, claim.tool, claim.payload, timeout_s=timeout
         )
         status, detail = "executed", ""
