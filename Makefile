@@ -9,13 +9,17 @@ TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
 	REDIS_URL=redis://127.0.0.1:6379/0 \
 	PREFLIGHT_SECRET_KEY=test-only-not-a-secret
 
-.PHONY: bootstrap services demo test lint bench
+.PHONY: bootstrap services node demo test lint bench
 
 bootstrap:
 	@bash .ci/bootstrap
 
 services:
 	@bash .ci/services
+
+# The gateway tests' npm packages (the TypeScript SDK client, the filesystem MCP server).
+node:
+	@bash .ci/node
 
 # Embedded mode: SQLite under var/, lookups in-process. An exported DATABASE_URL would silently switch modes.
 demo: bootstrap
@@ -27,7 +31,7 @@ lint: bootstrap
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
-test: bootstrap services lint
+test: bootstrap services node lint
 	env $(TEST_ENV) $(PY) -m pytest -n 2 tests
 
 bench: bootstrap
