@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
@@ -104,7 +103,9 @@ def test_move_file_is_held_by_url_and_moves_only_after_approval(
                     seen["console_url"] = records.record_answer(execution)["console_url"]
                     latest = records.latest_record(execution)
                     review_services.execution_approve(
-                        execution_id=execution.pk, payload_digest_seen=latest.payload_digest, approver=approver
+                        execution_id=execution.pk,
+                        payload_digest_seen=latest.payload_digest,
+                        approver=approver,
                     )
                     approved.touch()
                     return
@@ -152,7 +153,9 @@ def test_a_client_without_elicitation_gets_a_clear_error(
     fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str]
 ) -> None:
     target = scratch / "diary.txt"
-    out = ts_client(gateway_env, gateway_argv, tool="write_file", arguments={"path": str(target)}, elicitation=None)
+    out = ts_client(
+        gateway_env, gateway_argv, tool="write_file", arguments={"path": str(target)}, elicitation=None
+    )
     assert out["result"]["isError"]
     assert "no form elicitation capability" in text_of(out["result"])
     assert not target.exists()
