@@ -331,3 +331,50 @@ def test_a_client_without_elicitation_gets_an_error_saying_what_is_missing(
     assert not target.exists()
     assert models.Outcome.objects.count() == 0
     assert json.loads(json.dumps(result.meta))[META_RECORD]["verdict"] == "ask"
+
+
+def _upstream_pids(scratch: Path) -> set[int]:
+    """The filesystem server processes serving this test's scratch directory (only this test starts any)."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(scratch).encode() in argv and any(a.endswith(b"index.js") for a in argv):
+            pids.add(int(proc.name))
+    return pids
+
+
+def test_the_upstream_session_is_kept_across_calls_and_reopened_after_it_died(
+    fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str]
+) -> None:
+    import os
+    import signal
+
+    note = scratch / "note.txt"
+    note.write_text("kept\n")
+    seen: list[set[int]] = []
+
+    async def calls() -> list[types.CallToolResult]:
+        results = []
+        async with gateway(gateway_env, gateway_argv, mode="2026-07-28", user=User()) as client:
+            for _ in range(2):
+                results.append(await client.call_tool("read_text_file", {"path": str(note)}))
+                seen.append(_upstream_pids(scratch))
+            (pid,) = seen[-1]
+            os.kill(pid, signal.SIGKILL)  # the upstream this test's gateway started
+            for _ in range(100):
+                if pid not in _upstream_pids(scratch):
+                    break
+                await anyio.sleep(0.05)
+            results.append(await client.call_tool("read_text_file", {"path": str(note)}))
+            seen.append(_upstream_pids(scratch))
+        return results
+
+    results = run(calls)
+    assert [r.content[0].text for r in results] == ["kept\n"] * 3  # type: ignore[union-attr]
+    assert len(seen[0]) == 1 and seen[0] == seen[1]  # one process served both calls
+    assert len(seen[2]) == 1 and seen[2] != seen[1]  # a new one after the first died
