@@ -378,3 +378,49 @@ def test_the_upstream_session_is_kept_across_calls_and_reopened_after_it_died(
     assert [r.content[0].text for r in results] == ["kept\n"] * 3  # type: ignore[union-attr]
     assert len(seen[0]) == 1 and seen[0] == seen[1]  # one process served both calls
     assert len(seen[2]) == 1 and seen[2] != seen[1]  # a new one after the first died
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_gateway_serves_streamable_http_too(
+    fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], mode: str
+) -> None:
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [*gateway_argv, "--transport", "http", "--port", str(port)],
+        env=gateway_env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert process.poll() is None, "the gateway exited"
+                time.sleep(0.1)
+        target = scratch / "diary.txt"
+        user = User({"arg:content": CONTENT})
+
+        async def call() -> types.CallToolResult:
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with Client(url, mode=mode, elicitation_callback=user, read_timeout_seconds=60) as client:
+                return await client.call_tool("write_file", {"path": str(target)})
+
+        result = run(call)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert not result.is_error, result
+    assert len(user.asked) == 1
+    assert target.read_bytes() == CONTENT.encode()
+    assert outcomes("executed") == 1
