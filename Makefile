@@ -22,10 +22,10 @@ node:
 	@bash .ci/node
 
 # Embedded mode: SQLite under var/, lookups in-process. An exported DATABASE_URL would silently switch modes.
+# Migrates, loads the demo catalog (demo MCP servers), drives the scripted agent through the MCP gateway,
+# then serves the console (:8000) and the gateway (:8766) until Ctrl-C.
 demo: bootstrap
-	env -u DATABASE_URL -u REDIS_URL $(PY) manage.py migrate --noinput
-	env -u DATABASE_URL -u REDIS_URL PREFLIGHT_DEMO=1 $(PY) manage.py seed_demo
-	env -u DATABASE_URL -u REDIS_URL PREFLIGHT_DEMO=1 $(PY) manage.py runserver 127.0.0.1:8000
+	env -u DATABASE_URL -u REDIS_URL PREFLIGHT_DEMO=1 $(PY) manage.py demo
 
 lint: bootstrap
 	$(PY) -m ruff check .

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -116,6 +116,8 @@ class Round:
     # round showed.
     confirmed: str | None = None
     shown: str | None = None
+    # The record a URL round showed: the same record after the user came back means nothing changed yet.
+    seq: int | None = None
 
 
 class Gateway:
@@ -202,6 +204,7 @@ class Gateway:
                     bool(state.get("c")),
                     state.get("d"),
                     state.get("s"),
+                    state.get("q"),
                 )
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
@@ -361,11 +364,24 @@ class Gateway:
                 except ServiceError as exc:
                     problem = f"That answer could not be used ({exc.detail}). Please answer again."
             if last.confirm and content.get(CONFIRM_FIELD) is True and not problem:
-                # The yes covers the call only if the user saw every argument in this form.
+                # The yes covers the call only if the user saw every argument of it in this form: as a field,
+                # or listed as already given with the value it still has.
+                shown = _settled(latest)
                 after = await _db(_record, execution_id=execution_id)
                 payload = after.get("payload") or {}
-                if after.get("payload_valid") and all(f"arg:{k}" in answers for k in payload):
+                if after.get("payload_valid") and all(
+                    f"arg:{k}" in answers or shown.get(f"arg:{k}", _MISSING) == v for k, v in payload.items()
+                ):
                     confirmed = await self._confirm(execution_id, after)
+        elif last.kind == "url":
+            latest = await _db(_record, execution_id=execution_id)
+            if latest["verdict"] == "hold" and latest.get("seq") == last.seq:
+                url = self.public_url + latest["console_url"]
+                return _text(
+                    f"Still held for review at {url}; nothing was executed yet.",
+                    error=True,
+                    record=self._summary(execution_id, "hold"),
+                )
         elif last.kind == "confirm":
             if content.get(CONFIRM_FIELD) is not True:
                 await _db(
@@ -506,7 +522,7 @@ class Gateway:
                 record=summary,
             )
         message = f"{what}. Open {url}, and accept here once it is done."
-        step = Round("url", ("url",), confirmed=confirmed)
+        step = Round("url", ("url",), confirmed=confirmed, seq=latest.get("seq"))
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             request = types.ElicitRequest(params=types.ElicitRequestURLParams(message=message, url=url))
             return types.InputRequiredResult(
@@ -539,6 +555,8 @@ class Gateway:
             state["d"] = step.confirmed
         if step.shown:
             state["s"] = step.shown
+        if step.seq is not None:
+            state["q"] = step.seq
         return json.dumps(state, separators=(",", ":"))
 
     def _input_required(
@@ -573,7 +591,11 @@ class Gateway:
             problem=problem,
         )
         if form.fields and self._destructive(exposed, latest):
-            prop = {"type": "boolean", "title": "Yes, do this with the values above", "default": False}
+            settled = _settled(latest)
+            if settled:
+                given = "; ".join(f"{k[4:]}: {json.dumps(v, ensure_ascii=False)}" for k, v in settled.items())
+                form = replace(form, message=f"{form.message}\nAlready given: {given}")
+            prop = {"type": "boolean", "title": "Yes, do this with these values", "default": False}
             form.requested_schema["properties"][CONFIRM_FIELD] = prop
             form.requested_schema["required"].append(CONFIRM_FIELD)
         return form
@@ -669,6 +691,18 @@ class Gateway:
             "verdict": verdict,
             "console_url": f"{self.public_url}/executions/{execution_id}/",
         }
+
+
+_MISSING = object()
+
+
+def _settled(latest: Mapping[str, Any]) -> dict[str, Any]:
+    """The argument values the record already holds (settled from a verified source)."""
+    return {
+        s["key"]: s["value"]
+        for s in latest.get("slots") or []
+        if s["key"].startswith("arg:") and s.get("status") == "known"
+    }
 
 
 def _tool_words(exposed: Exposed) -> str:
