@@ -14,7 +14,7 @@ from console import models, records, services
 from console.audit import audit_append
 from preflight import ContractError, contract_from_mcp
 from preflight.approvals import value_digest
-from preflight.canonical import digest
+from preflight.canonical import canonical_json, digest
 from preflight.record import Finding, Gap, Record, SlotState
 
 PIN_SLOT = "fixed:tool"
@@ -29,19 +29,31 @@ def pinned_contract(server: str, tool: str) -> models.ToolContract | None:
     )
 
 
+# Live definition (as canonical JSON) -> its contract digest: building a contract checks the whole schema,
+# and the gateway asks at every call about a definition that almost never changes.
+_DIGESTS: dict[str, str | None] = {}
+
+
 def live_digest(
     server: str, tool: Mapping[str, Any], *, annotations_trusted: bool, sidecar: Mapping[str, Any] | None
 ) -> str | None:
     """The contract digest a catalog import would give the live definition (None: not a valid contract)."""
+    key = canonical_json([server, dict(tool), annotations_trusted, sidecar]).decode()
+    if key in _DIGESTS:
+        return _DIGESTS[key]
     try:
-        return contract_from_mcp(
+        found: str | None = contract_from_mcp(
             server,
             tool,
             annotations_trusted=annotations_trusted,
             extension=services._extension_of(tool, sidecar),
         ).digest
     except ContractError:
-        return None
+        found = None
+    if len(_DIGESTS) > 10_000:
+        _DIGESTS.clear()
+    _DIGESTS[key] = found
+    return found
 
 
 @transaction.atomic
