@@ -3,7 +3,7 @@
     .venv/bin/python bench/gateway.py                 # 200 passing calls, 50 ask rounds, the demo scenarios
     .venv/bin/python bench/gateway.py --calls 500 --asks 100
 
-Self-contained: a scratch SQLite database in a temporary directory (lookups in-process), the real npm
+Self-contained: a scratch PostgreSQL database (`--sqlite`: a SQLite file; lookups in-process), the real npm
 filesystem server (tests/gateway/js, installed by .ci/node) in a scratch directory, the demo servers, and
 the gateway as a real `manage.py mcp_gateway` process over stdio, driven by the official Python client
 (protocol 2026-07-28). Nothing of it outlives the run.
@@ -42,10 +42,28 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def setup(tmp: Path) -> dict[str, str]:
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PG_DB = "preflight_bench_gateway"
+
+
+def admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+def setup(tmp: Path, *, sqlite: bool) -> dict[str, str]:
+    if sqlite:
+        url = f"sqlite:///{tmp / 'bench.sqlite3'}"
+    else:
+        admin(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)')
+        admin(f'CREATE DATABASE "{PG_DB}"')
+        url = f"postgres://postgres@127.0.0.1:5432/{PG_DB}"
     env = {
         **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")},
-        "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}",
+        "DATABASE_URL": url,
+        # Lookups in-process: the demo transfer's balance lookup runs inside the call, as in embedded mode.
         "PREFLIGHT_EAGER_TASKS": "1",
         "PREFLIGHT_SECRET_KEY": "bench-only-not-a-secret",
         "PREFLIGHT_SIGNING_KEY_PATH": str(tmp / "grant.pem"),
@@ -64,11 +82,12 @@ def main() -> None:
     )
     parser.add_argument("--calls", type=int, default=200, help="passing calls per kind")
     parser.add_argument("--asks", type=int, default=50, help="ask rounds")
+    parser.add_argument("--sqlite", action="store_true", help="a scratch SQLite file (embedded) instead")
     options = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     bank = None
     try:
-        env = setup(tmp)
+        env = setup(tmp, sqlite=options.sqlite)
         scratch = tmp / "scratch"
         scratch.mkdir()
         node = shutil.which("node") or "node"
@@ -101,9 +120,8 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         _catalog(fs_command, bank_port)
-        print(
-            f"gateway bench: {options.calls} passing calls per kind, {options.asks} ask rounds, one at a time"
-        )
+        where = "SQLite" if options.sqlite else "PostgreSQL"
+        print(f"gateway bench ({where}): {options.calls} passing calls per kind, {options.asks} ask rounds")
         anyio.run(_latency, env, fs_command, scratch, options.calls, options.asks)
         anyio.run(_turns, env, scratch)
     finally:
@@ -111,6 +129,11 @@ def main() -> None:
             bank.terminate()
             bank.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
+        if not options.sqlite:
+            from django.db import connections
+
+            connections.close_all()
+            admin(f'DROP DATABASE IF EXISTS "{PG_DB}" WITH (FORCE)')
 
 
 def _free_port() -> int:

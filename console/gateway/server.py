@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -62,6 +63,8 @@ CONFIRM_FIELD = "confirm:action"
 MAX_ROUNDS = 10
 # How long one call waits for lookups (verdict `measure`) before telling a 2026-07-28 client to retry.
 MEASURE_WAIT_S = 5.0
+# A pin check this recent stands for the send that follows it in the same call.
+RECHECK_AFTER_S = 1.0
 ACTOR = "mcp-gateway"
 
 
@@ -134,6 +137,9 @@ class Gateway:
         self.public_url = (public_url or settings.PREFLIGHT_PUBLIC_URL).rstrip("/")
         self.actor = actor
         self.tools: dict[str, Exposed] = {}
+        # (server, tool) -> (digest, when) of the last pin check that passed, so the send that follows it in
+        # the same call does not list the upstream again (a later round, after the user answered, does).
+        self._checked: dict[tuple[str, str], tuple[str, float]] = {}
 
     # ---- start-up ------------------------------------------------------------------------------
 
@@ -289,6 +295,7 @@ class Gateway:
                 sidecar=contract.definition.get("x-preflight"),
             )
         if contract is not None and live_digest == contract.digest:
+            self._checked[(exposed.upstream.server, name)] = (contract.digest, time.monotonic())
             return contract
         execution = await _db(
             gateway_services.gateway_pin_refusal,
@@ -652,6 +659,17 @@ class Gateway:
         self, exposed: Exposed, tool: str, payload: dict[str, Any], timeout_s: float, pinned_digest: Any
     ) -> Any:
         """Send the granted payload, once, if the live definition is still the one the grant names."""
+        digest, when = self._checked.get((exposed.upstream.server, tool), ("", -RECHECK_AFTER_S))
+        if digest != pinned_digest or time.monotonic() - when > RECHECK_AFTER_S:
+            await self._recheck(exposed, tool, pinned_digest)
+        result = await exposed.upstream.call(tool, payload, timeout_s)
+        if result.get("isError"):
+            raise connectors.ToolCallFailed(
+                f"{tool!r} reported an error: {connectors._first_text(result)}", result=result
+            )
+        return result
+
+    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
         contract = await _db(gateway_services.pinned_contract, server=exposed.upstream.server, tool=tool)
         live = next((t for t in await exposed.upstream.list_tools() if t.get("name") == tool), None)
         if (
@@ -667,12 +685,6 @@ class Gateway:
             != pinned_digest
         ):
             raise connectors.ToolCallFailed(f"{tool!r}: the upstream definition changed; nothing was sent")
-        result = await exposed.upstream.call(tool, payload, timeout_s)
-        if result.get("isError"):
-            raise connectors.ToolCallFailed(
-                f"{tool!r} reported an error: {connectors._first_text(result)}", result=result
-            )
-        return result
 
     async def _confirm(self, execution_id: str, latest: Mapping[str, Any]) -> str | None:
         await _db(
