@@ -23,6 +23,7 @@ that say why; `execute` sends exactly the granted payload upstream, once.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import time
@@ -63,6 +64,7 @@ CONFIRM_FIELD = "confirm:action"
 MAX_ROUNDS = 10
 # How long one call waits for lookups (verdict `measure`) before telling a 2026-07-28 client to retry.
 MEASURE_WAIT_S = 5.0
+_ROUNDS: contextvars.ContextVar[int] = contextvars.ContextVar("gateway_rounds", default=0)
 # A pin check this recent stands for the send that follows it in the same call.
 RECHECK_AFTER_S = 1.0
 ACTOR = "mcp-gateway"
@@ -336,6 +338,14 @@ class Gateway:
         caps: Caps,
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Read the user's answer to the previous round, record it, and go on."""
+        taken = _ROUNDS.get() + 1
+        _ROUNDS.set(taken)  # per request: a 2025-11-25 call asks all its rounds inside one request
+        if taken > MAX_ROUNDS:
+            return _text(
+                "Too many rounds; nothing was executed.",
+                error=True,
+                record=self._summary(execution_id, "ask"),
+            )
         if answer.action != "accept":
             await _db(
                 gateway_services.gateway_decline,
@@ -382,12 +392,9 @@ class Gateway:
                     confirmed = await self._confirm(execution_id, after)
         elif last.kind == "url":
             latest = await _db(_record, execution_id=execution_id)
-            if latest["verdict"] == "hold" and latest.get("seq") == last.seq:
-                url = self.public_url + latest["console_url"]
-                return _text(
-                    f"Still held for review at {url}; nothing was executed yet.",
-                    error=True,
-                    record=self._summary(execution_id, "hold"),
+            if latest.get("seq") == last.seq:
+                return _unchanged(
+                    self.public_url + latest["console_url"], self._summary(execution_id, latest["verdict"])
                 )
         elif last.kind == "confirm":
             if content.get(CONFIRM_FIELD) is not True:
@@ -545,10 +552,8 @@ class Gateway:
         if result.action != "accept":
             return await self._take(ctx, exposed, execution_id, step, result, caps)
         after = await _db(_record, execution_id=execution_id)
-        if after["verdict"] in ("hold",) and after.get("seq") == latest.get("seq"):
-            return _text(
-                f"Still held for review at {url}; nothing was executed yet.", error=True, record=summary
-            )
+        if after.get("seq") == latest.get("seq"):
+            return _unchanged(url, summary)
         return await self._advance(ctx, exposed, execution_id, caps, confirmed=confirmed)
 
     # ---- pieces ----------------------------------------------------------------------------------
@@ -706,6 +711,13 @@ class Gateway:
 
 
 _MISSING = object()
+
+
+def _unchanged(url: str, summary: Mapping[str, Any]) -> types.CallToolResult:
+    """The user came back from the page and nothing there has changed yet (no review, no answer)."""
+    held = summary.get("verdict") == "hold"
+    what = "Still held for review" if held else "Still waiting for the answers"
+    return _text(f"{what} at {url}; nothing was executed yet.", error=True, record=summary)
 
 
 def _settled(latest: Mapping[str, Any]) -> dict[str, Any]:

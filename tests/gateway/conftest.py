@@ -28,6 +28,7 @@ PRINCIPAL = "user:alice"
 # allowed directories") is checked by an approver before the call runs.
 FS_EXTENSIONS = {
     "write_file": {"state_change": "the file at path holds exactly content"},
+    "edit_file": {"state_change": "the file at path has the edits applied"},
     "move_file": {
         "state_change": "the file at source is at destination",
         "prose_reviewed": True,

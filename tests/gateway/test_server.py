@@ -424,3 +424,28 @@ def test_the_gateway_serves_streamable_http_too(
     assert len(user.asked) == 1
     assert target.read_bytes() == CONTENT.encode()
     assert outcomes("executed") == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_question_a_form_cannot_carry_goes_by_url_to_the_console_and_nothing_is_edited(
+    fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], mode: str
+) -> None:
+    note = scratch / "note.txt"
+    note.write_text("one\n")
+    user = User()
+
+    async def call() -> types.CallToolResult:
+        async with gateway(gateway_env, gateway_argv, mode=mode, user=user) as client:
+            return await client.call_tool("edit_file", {"path": str(note)})
+
+    result = run(call)
+    assert result.is_error
+    # What a form can carry is asked in one; the edits (an array of objects) by URL, on the console.
+    assert [type(p).__name__ for p in user.asked] == ["ElicitRequestFormParams", "ElicitRequestURLParams"]
+    form, page = user.asked
+    assert "arg:edits" not in form.requested_schema["properties"]  # type: ignore[union-attr]
+    execution = models.Execution.objects.get()
+    assert page.url == f"http://console.test/executions/{execution.pk}/"  # type: ignore[union-attr]
+    assert "Still waiting for the answers" in result.content[0].text  # type: ignore[union-attr]
+    assert note.read_text() == "one\n"
+    assert models.Outcome.objects.count() == 0
