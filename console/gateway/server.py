@@ -393,9 +393,8 @@ class Gateway:
         elif last.kind == "url":
             latest = await _db(_record, execution_id=execution_id)
             if latest.get("seq") == last.seq:
-                return _unchanged(
-                    self.public_url + latest["console_url"], self._summary(execution_id, latest["verdict"])
-                )
+                page = latest["console_url"] + ("answers/" if latest["verdict"] == "ask" else "")
+                return _unchanged(self.public_url + page, self._summary(execution_id, latest["verdict"]))
         elif last.kind == "confirm":
             if content.get(CONFIRM_FIELD) is not True:
                 await _db(
@@ -521,7 +520,8 @@ class Gateway:
         questions: bool,
         confirmed: str | None,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        url = self.public_url + latest["console_url"]
+        # Questions go to the requester's own answer page; a hold to the review page.
+        url = self.public_url + latest["console_url"] + ("answers/" if questions else "")
         summary = self._summary(execution_id, latest["verdict"])
         what = (
             "This call needs answers a form cannot carry"

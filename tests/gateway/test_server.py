@@ -19,7 +19,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from console import models, records, review_services, services
 from console.gateway.server import CONFIRM_FIELD, META_RECORD
 
-from .conftest import FS_EXTENSIONS, REPO
+from .conftest import FS_EXTENSIONS, PRINCIPAL, REPO
 
 MODES = ["2026-07-28", "legacy"]
 CONTENT = "Dear diary,\nthe gateway asked me.\n"
@@ -427,7 +427,7 @@ def test_the_gateway_serves_streamable_http_too(
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_question_a_form_cannot_carry_goes_by_url_to_the_console_and_nothing_is_edited(
+def test_a_question_a_form_cannot_carry_goes_by_url_to_the_requesters_page_and_nothing_is_edited(
     fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], mode: str
 ) -> None:
     note = scratch / "note.txt"
@@ -445,7 +445,50 @@ def test_a_question_a_form_cannot_carry_goes_by_url_to_the_console_and_nothing_i
     form, page = user.asked
     assert "arg:edits" not in form.requested_schema["properties"]  # type: ignore[union-attr]
     execution = models.Execution.objects.get()
-    assert page.url == f"http://console.test/executions/{execution.pk}/"  # type: ignore[union-attr]
+    assert page.url == f"http://console.test/executions/{execution.pk}/answers/"  # type: ignore[union-attr]
     assert "Still waiting for the answers" in result.content[0].text  # type: ignore[union-attr]
     assert note.read_text() == "one\n"
     assert models.Outcome.objects.count() == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_edits_answered_on_the_requesters_page_are_exactly_what_runs(
+    fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], mode: str
+) -> None:
+    from django.test import Client as Browser
+
+    note = scratch / "note.txt"
+    note.write_text("one\n")
+    alice = get_user_model().objects.create_user("alice", password="x")
+    user = User()
+
+    async def answer_on_the_page(params: types.ElicitRequestURLParams) -> None:
+        def post() -> None:
+            browser = Browser()
+            browser.force_login(alice)
+            path = params.url.removeprefix("http://console.test")
+            assert "arg:edits" in browser.get(path).content.decode()
+            edits = json.dumps([{"oldText": "one", "newText": "two"}])
+            browser.post(path, {"slot": "arg:edits", "value": edits})
+            connection.close()
+
+        await anyio.to_thread.run_sync(post)
+
+    user.on_url = answer_on_the_page
+
+    async def call() -> types.CallToolResult:
+        async with gateway(gateway_env, gateway_argv, mode=mode, user=user) as client:
+            return await client.call_tool("edit_file", {"path": str(note)})
+
+    result = run(call)
+    assert not result.is_error, result
+    # The form, the page, then the confirmation of the whole call (the edits were not in the form).
+    assert [type(p).__name__ for p in user.asked] == [
+        "ElicitRequestFormParams",
+        "ElicitRequestURLParams",
+        "ElicitRequestFormParams",
+    ]
+    assert note.read_text() == "two\n"
+    assert outcomes("executed") == 1
+    edits = models.Answer.objects.get(slot_key="arg:edits")
+    assert (edits.value, edits.answered_by) == ([{"oldText": "one", "newText": "two"}], PRINCIPAL)
