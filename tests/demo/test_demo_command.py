@@ -1,5 +1,6 @@
 """`manage.py demo` (what `make demo` runs) from a clean checkout: it loads the demo through the gateway,
-serves the console and the gateway, the queue opens on every route, and Ctrl-C stops everything."""
+serves the console and the gateway, the queue opens on every route and the history on every verdict, and
+Ctrl-C stops everything."""
 
 from __future__ import annotations
 
@@ -17,6 +18,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = ("ask_user", "measure", "hold", "provider_gap", "unsupported")
+VERDICTS = ("execute", "ask", "measure", "hold", "block", "deferred")
+
+
+def signed_in(base: str, user: str, password: str) -> urllib.request.OpenerDirector:
+    jar = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    browser.open(f"{base}/accounts/login/").read()
+    token = next(c.value for c in jar if c.name == "csrftoken")
+    form = urllib.parse.urlencode({"username": user, "password": password, "csrfmiddlewaretoken": token})
+    request = urllib.request.Request(f"{base}/accounts/login/", data=form.encode(), headers={"Referer": base})
+    browser.open(request).read()
+    return browser
 
 
 def free_port() -> int:
@@ -63,20 +76,16 @@ def test_the_demo_starts_from_a_clean_checkout_shows_every_route_and_stops_clean
             assert re.search(rf"^\s+{user}\s+password \S+", printed, re.MULTILINE), user
         assert '"mcpServers"' in printed and "mcp_gateway" in printed
 
-        jar = http.cookiejar.CookieJar()
-        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-        browser.open(f"{base}/accounts/login/").read()
-        token = next(c.value for c in jar if c.name == "csrftoken")
-        form = urllib.parse.urlencode(
-            {"username": "approver", "password": "demo-approver", "csrfmiddlewaretoken": token}
-        ).encode()
-        browser.open(
-            urllib.request.Request(f"{base}/accounts/login/", data=form, headers={"Referer": base})
-        ).read()
+        browser = signed_in(base, "approver", "demo-approver")
         queue = browser.open(f"{base}/executions/").read().decode()
         for route in ROUTES:
             count = re.search(rf'data-route="{route}">{route} <strong>(\d+)</strong>', queue)
             assert count is not None and int(count.group(1)) >= 1, route
+        # Every verdict is in the auditor's history of records.
+        auditor = signed_in(base, "auditor", "demo-auditor")
+        for verdict in VERDICTS:
+            history = auditor.open(f"{base}/audit/?verdict={verdict}").read().decode()
+            assert f'class="verdict verdict-{verdict}">{verdict}<' in history, verdict
         assert answers(ports["--gateway-port"]) and answers(ports["--bank-port"])
     finally:
         demo.send_signal(signal.SIGINT)
