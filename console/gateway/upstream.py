@@ -70,7 +70,8 @@ class Upstream:
                 try:
                     # One scope whose deadline bounds connecting and is then lifted: a fail_after() around
                     # connecting alone would close before the client's task groups do, which anyio forbids.
-                    with anyio.CancelScope(deadline=anyio.current_time() + self.config.timeout_s) as scope:
+                    connect_s = connectors._connect_timeout(self.config.connector, self.config.timeout_s)
+                    with anyio.CancelScope(deadline=anyio.current_time() + connect_s) as scope:
                         async with AsyncExitStack() as stack:
                             client = await connectors._open_client(self.config.connector, stack, None)
                             scope.deadline = math.inf
@@ -118,7 +119,10 @@ class Upstream:
         for attempt in (1, 2):
             client = await self._ensure()
             try:
-                with anyio.fail_after(self.config.timeout_s):
+                # Listing acts on nothing: it gets the connect budget, not the tool's own timeout.
+                with anyio.fail_after(
+                    connectors._connect_timeout(self.config.connector, self.config.timeout_s)
+                ):
                     tools = await connectors._list_all(client)
                 return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
             except connectors.ToolCallFailed:

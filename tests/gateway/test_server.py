@@ -492,3 +492,48 @@ def test_the_edits_answered_on_the_requesters_page_are_exactly_what_runs(
     assert outcomes("executed") == 1
     edits = models.Answer.objects.get(slot_key="arg:edits")
     assert (edits.value, edits.answered_by) == ([{"oldText": "one", "newText": "two"}], PRINCIPAL)
+
+
+def test_a_call_whose_answer_is_lost_is_recorded_outcome_unknown_and_never_sent_again(
+    transactional_db: None, gateway_env: dict[str, str], gateway_argv: list[str], settings: Any
+) -> None:
+    import shlex
+    import sys
+
+    from console import connectors
+
+    # The demo bookstore acts, then answers 3 s later; the gateway waits 1 s for it.
+    command = [sys.executable, "-m", "console.demo.bookstore", "--reply-delay-s", "3"]
+    settings.PREFLIGHT_MCP_STDIO_ALLOW = [command]
+    connector = {"kind": "mcp_stdio", "command": command, "cwd": str(REPO), "timeout_s": 1}
+    services.catalog_import(
+        server="bookstore",
+        tools=connectors.list_tools(connector, timeout_s=30),
+        annotations_trusted=True,
+        connector=connector,
+        actor="user:operator",
+    )
+    env = {**gateway_env, "PREFLIGHT_MCP_STDIO_ALLOW": shlex.join(command)}
+    text = "Please order the book with ISBN 9780131103627 now."
+
+    def at(part: str) -> dict[str, int]:
+        return {"turn": 0, "start": text.index(part), "end": text.index(part) + len(part)}
+
+    meta = {
+        "dev.preflight/conversation": [{"role": "user", "content": text, "trusted": True}],
+        "dev.preflight/pointers": {"isbn": at("9780131103627")},
+        "dev.preflight/action_name": at("order"),
+        "dev.preflight/timing": {"mode": "immediate", "pointer": at("now")},
+    }
+
+    async def call() -> types.CallToolResult:
+        async with gateway(
+            env, [*gateway_argv, "--server", "bookstore"], mode="2026-07-28", user=User()
+        ) as c:
+            return await c.call_tool("order_book", {"isbn": "9780131103627"}, meta=meta)  # type: ignore[arg-type]
+
+    result = run(call)
+    assert result.is_error
+    assert "not retried" in result.content[0].text  # type: ignore[union-attr]
+    assert list(models.Outcome.objects.values_list("status", flat=True)) == ["outcome_unknown"]
+    assert audit_kinds().count("run") == 1
