@@ -112,6 +112,12 @@ def main() -> None:
         import anyio
 
         bank_port = _free_port()
+        os.environ["PREFLIGHT_HTTP_ALLOW"] = env["PREFLIGHT_HTTP_ALLOW"] = f"127.0.0.1:{bank_port}"
+        from django.conf import settings
+
+        from console.env import env_hosts
+
+        settings.PREFLIGHT_HTTP_ALLOW = env_hosts("PREFLIGHT_HTTP_ALLOW", [])
         bank = subprocess.Popen(
             [sys.executable, "-m", "console.demo.bank", "--transport", "http", "--port", str(bank_port)],
             cwd=REPO,

@@ -505,7 +505,7 @@ def test_a_call_whose_answer_is_lost_is_recorded_outcome_unknown_and_never_sent_
     # The demo bookstore acts, then answers 3 s later; the gateway waits 1 s for it.
     command = [sys.executable, "-m", "console.demo.bookstore", "--reply-delay-s", "3"]
     settings.PREFLIGHT_MCP_STDIO_ALLOW = [command]
-    connector = {"kind": "mcp_stdio", "command": command, "cwd": str(REPO), "timeout_s": 1}
+    connector = {"kind": "mcp_stdio", "command": command, "timeout_s": 1}
     services.catalog_import(
         server="bookstore",
         tools=connectors.list_tools(connector, timeout_s=30),

@@ -28,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console import celery_app, connectors, models, services
 from console.demo import agent
+from console.env import env_hosts
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = ("approver", "operator", "auditor")
@@ -66,6 +67,13 @@ class Command(BaseCommand):
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
+        # The demo's own loopback servers are what this deployment may reach (the defaults name the default
+        # ports); the children read the same variable.
+        hosts = [f"127.0.0.1:{options['bank_port']}", f"127.0.0.1:{options['gateway_port']}"]
+        os.environ["PREFLIGHT_HTTP_ALLOW"] = ",".join(
+            dict.fromkeys([*filter(None, os.environ.get("PREFLIGHT_HTTP_ALLOW", "").split(",")), *hosts])
+        )
+        settings.PREFLIGHT_HTTP_ALLOW = env_hosts("PREFLIGHT_HTTP_ALLOW", [])
         try:
             bank_url = f"http://127.0.0.1:{options['bank_port']}/mcp"
             children.append(
