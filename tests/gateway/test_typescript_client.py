@@ -89,7 +89,7 @@ def test_move_file_is_held_by_url_and_moves_only_after_approval(
 ) -> None:
     source, destination = scratch / "draft.txt", scratch / "final.txt"
     source.write_text("draft\n")
-    approved = tmp_path / "approved"
+    asked, approved = tmp_path / "asked", tmp_path / "approved"
     approver = get_user_model().objects.create_user("bea", password="x")
     seen: dict[str, Any] = {}
 
@@ -97,7 +97,10 @@ def test_move_file_is_held_by_url_and_moves_only_after_approval(
         deadline = time.monotonic() + 90
         try:
             while time.monotonic() < deadline:
-                execution = models.Execution.objects.filter(verdict="hold").first()
+                # The approver acts once the user was sent to the page, as in life.
+                execution = (
+                    models.Execution.objects.filter(verdict="hold").first() if asked.exists() else None
+                )
                 if execution is not None:
                     seen["before"] = (source.exists(), destination.exists())
                     seen["console_url"] = records.record_answer(execution)["console_url"]
@@ -121,6 +124,7 @@ def test_move_file_is_held_by_url_and_moves_only_after_approval(
         tool="move_file",
         arguments={"source": str(source), "destination": str(destination)},
         wait_for=str(approved),
+        asked_file=str(asked),
     )
     reviewer.join()
     assert not out["result"].get("isError"), out["result"]

@@ -175,7 +175,6 @@ class Command(BaseCommand):
         services.measure_create(
             name="bank.balance",
             kind="mcp",
-            url=bank_url,
             timeout_s=5,
             config={"connector": bank, "tool": "get_balance", "field": "balance"},
             actor="user:operator",

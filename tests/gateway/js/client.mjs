@@ -21,6 +21,10 @@ if (elicitation !== null) {
     if (params.mode === "url") {
       // The user opens the page; with `wait_for`, accept only once that file exists (the test approves first).
       process.stderr.write(`URL ${params.url}\n`);
+      if (scenario.asked_file) {
+        const { writeFileSync } = await import("node:fs");
+        writeFileSync(scenario.asked_file, params.url);
+      }
       if (scenario.wait_for) {
         const { existsSync } = await import("node:fs");
         const deadline = Date.now() + 60000;
