@@ -4,8 +4,8 @@
 - ``homebase``: ``switch_room_off`` (room) makes the same change under another name;
 - ``tips``: ``turn_off_lights`` is named like the action but only sends the user a reminder: it cannot
   produce the change, so it is filtered out when the intended change is "lights off";
-- ``lumen`` also offers ``set_scene``, whose schema (``dependentSchemas``) this engine does not interpret: an
-  unsupported schema construct holds instead of guessing.
+- ``lumen`` also offers ``set_scene``, whose schema refers to a remote ``$ref`` this engine does not fetch:
+  an unsupported schema construct holds instead of guessing.
 
 Run: ``python -m console.demo.home --provider lumen`` (stdio).
 """
@@ -46,9 +46,12 @@ SPECS: dict[str, list[tuple[dict[str, Any], dict[str, Any] | None]]] = {
                 "description": "Apply a lighting scene.",
                 "inputSchema": {
                     "type": "object",
-                    "properties": {"scene": {"type": "string"}, "brightness": {"type": "integer"}},
+                    "properties": {
+                        "scene": {"type": "string"},
+                        # A palette defined elsewhere: a remote reference the gate does not fetch.
+                        "palette": {"$ref": "https://schemas.example.com/lighting/palette.json"},
+                    },
                     "required": ["scene"],
-                    "dependentSchemas": {"brightness": {"required": ["scene"]}},
                 },
                 "annotations": {"readOnlyHint": False, "destructiveHint": False},
             },
