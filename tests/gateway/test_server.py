@@ -537,3 +537,48 @@ def test_a_call_whose_answer_is_lost_is_recorded_outcome_unknown_and_never_sent_
     assert "not retried" in result.content[0].text  # type: ignore[union-attr]
     assert list(models.Outcome.objects.values_list("status", flat=True)) == ["outcome_unknown"]
     assert audit_kinds().count("run") == 1
+
+
+def test_the_gateway_declares_no_roots_to_the_upstream(
+    fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], tmp_path: Path
+) -> None:
+    from mcp.client.stdio import stdio_client
+
+    note = scratch / "note.txt"
+    note.write_text("sandboxed\n")
+    params = StdioServerParameters(
+        command=gateway_argv[0], args=gateway_argv[1:], env=gateway_env, cwd=str(REPO)
+    )
+
+    async def call() -> types.CallToolResult:
+        with open(tmp_path / "gateway-stderr.log", "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), mode="2026-07-28") as client:
+                return await client.call_tool("read_text_file", {"path": str(note)})
+
+    result = run(call)
+    assert result.content[0].text == "sandboxed\n"  # type: ignore[union-attr]
+    # The filesystem server says which sandbox it uses: with roots declared it would take the client's.
+    log = (tmp_path / "gateway-stderr.log").read_text()
+    assert "Client does not support MCP Roots, using allowed directories set from server args" in log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_destructive_call_the_user_does_not_confirm_writes_nothing(
+    fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], mode: str
+) -> None:
+    target = scratch / "diary.txt"
+    user = User({"arg:content": CONTENT, CONFIRM_FIELD: False})
+
+    async def call() -> types.CallToolResult:
+        async with gateway(gateway_env, gateway_argv, mode=mode, user=user) as client:
+            return await client.call_tool("write_file", {"path": str(target)})
+
+    result = run(call)
+    assert result.is_error
+    assert "nothing was executed" in result.content[0].text  # type: ignore[union-attr]
+    # The form's yes was not given, so the call was put to the user once more, alone, and refused there.
+    assert len(user.asked) == 2
+    assert list(user.asked[1].requested_schema["properties"]) == [CONFIRM_FIELD]  # type: ignore[union-attr]
+    assert not target.exists()
+    assert models.Outcome.objects.count() == 0
+    assert audit_kinds().count("elicitation_declined") == 1
