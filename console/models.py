@@ -336,9 +336,25 @@ class Observation(models.Model):
     observed_at = models.DateTimeField(null=True, blank=True)  # null: the lookup is still running
     dispatched_at = models.DateTimeField(auto_now_add=True)
     task_key = models.CharField(max_length=400)
+    # Set while the broker has refused this pending lookup: it waits to be sent (the sweep sends it again).
+    unsent = models.TextField(null=True, blank=True)
+    # Set on an error of our own infrastructure (a lookup lost with its task): from then, the next preflight
+    # looks it up again. A provider's own error answer never gets one: it stays a hold.
+    retry_after = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["execution", "key"])]
+        indexes = [
+            models.Index(fields=["execution", "key"]),
+            # The sweep's two questions; both columns are NULL on nearly every row.
+            models.Index(
+                fields=["retry_after"],
+                name="observation_retry_after",
+                condition=models.Q(retry_after__isnull=False),
+            ),
+            models.Index(
+                fields=["unsent"], name="observation_unsent", condition=models.Q(unsent__isnull=False)
+            ),
+        ]
         # A constraint rather than unique=True, which on PostgreSQL adds a LIKE index nothing uses.
         constraints = [models.UniqueConstraint(fields=["task_key"], name="observation_task_key_unique")]
 
@@ -373,6 +389,10 @@ class Grant(models.Model):
     class Meta:
         # A constraint rather than unique=True, which on PostgreSQL adds a LIKE index nothing uses.
         constraints = [models.UniqueConstraint(fields=["nonce"], name="grant_nonce_unique")]
+        # The reconciliation looks for runs started (used) with no outcome; most grants are never used.
+        indexes = [
+            models.Index(fields=["used_at"], name="grant_used_at", condition=models.Q(used_at__isnull=False))
+        ]
 
 
 class Outcome(AppendOnly):

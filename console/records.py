@@ -521,11 +521,15 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
     pending = set()
     approvals = []
     # Rows come kind by kind, each oldest first, so the newest answer and observation of a key win.
-    for kind, row_pk, key, value, who, at, text, error in raw_rows(*evidence_read(execution)):
+    for kind, row_pk, key, value, who, at, text, error, retry_after in raw_rows(*evidence_read(execution)):
         if kind == 1:
             answers[key] = Answer(json_value(value), who, id=f"answer-{row_pk}")
         elif kind == 2 and at is None:
             pending.add(key)
+        elif kind == 2 and _retry_due(retry_after, now):
+            # An error of our infrastructure (a lost lookup) whose backoff has passed: not evidence any
+            # more, so the key is looked up again. A newer row of the key, if any, still wins below.
+            observations.pop(key, None)
         elif kind == 2:
             observed_at = datetime_value(at)
             assert observed_at is not None
@@ -543,22 +547,30 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
     )
 
 
+def _retry_due(retry_after: Any, now: datetime) -> bool:
+    if retry_after is None:
+        return False
+    at = datetime_value(retry_after)
+    return at is not None and at <= now
+
+
 @per_vendor
 def _evidence_sql() -> str:
     """Answers, observations and approvals of an execution (the approver's username joined in) in one read:
     one round trip instead of three, and no ORM query building (bench/lookups.py re-preflights twice on its
     critical path). Columns: kind (1 answer, 2 observation, 3 approval), id, slot or observation key, JSON
-    value, who (answered_by, measure, approver), when (observed_at, created_at), digest, error."""
+    value, who (answered_by, measure, approver), when (observed_at, created_at), digest, error, retry_after
+    (an infrastructure error's time to look up again)."""
     user = get_user_model()
     quote = connection.ops.quote_name
     username = quote(user._meta.get_field(user.USERNAME_FIELD).column)
     user_pk = quote(user._meta.pk.column)
     return (
-        f"SELECT 1, id, slot_key, value, answered_by, NULL, NULL, NULL"
+        f"SELECT 1, id, slot_key, value, answered_by, NULL, NULL, NULL, NULL"
         f" FROM {table(models.Answer)} WHERE execution_id = %s"
-        " UNION ALL SELECT 2, id, key, value, measure, observed_at, args_digest, error"
+        " UNION ALL SELECT 2, id, key, value, measure, observed_at, args_digest, error, retry_after"
         f" FROM {table(models.Observation)} WHERE execution_id = %s"
-        f" UNION ALL SELECT 3, a.id, a.slot_key, NULL, u.{username}, a.created_at, a.value_digest, NULL"
+        f" UNION ALL SELECT 3, a.id, a.slot_key, NULL, u.{username}, a.created_at, a.value_digest, NULL, NULL"
         f" FROM {table(models.Approval)} a JOIN {table(user)} u ON u.{user_pk} = a.approver_id"
         " WHERE a.execution_id = %s"
         " ORDER BY 1, 2"
@@ -685,5 +697,12 @@ def record_answer(execution: models.Execution) -> dict[str, Any]:
             execution=execution, status__in=("executed", "failed", "outcome_unknown")
         ).values_list("status", flat=True)
         out["outcome"] = outcome.first()
+    if row.verdict == "measure" and not has_answer_rows(execution):
+        # Lookups the broker refused wait to be sent (the sweep sends them): say so, the record says measure.
+        unsent = models.Observation.objects.filter(
+            execution=execution, observed_at__isnull=True, unsent__isnull=False
+        ).values_list("key", flat=True)
+        if keys := list(unsent):
+            out["lookups_unsent"] = keys
     out["console_url"] = f"/executions/{execution.id}/"
     return out

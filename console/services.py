@@ -15,13 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
+from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
+from kombu.utils.functional import retry_over_time
 
 from console import connectors, egress, models, records
 from console.audit import audit_append, audit_batch
@@ -136,6 +139,7 @@ def catalog_import(
         raise BadInput("invalid", "server: required, a non-empty string")
     if connector is not None:
         connector = _checked(connectors.checked_connector, connector)
+        check_connector_timeout(connector)
     srv, created = models.Server.objects.select_for_update().get_or_create(
         name=server, defaults={"connector": dict(connector or {"kind": "python"})}
     )
@@ -206,6 +210,19 @@ def catalog_import(
         },
     )
     return CatalogImport(srv, results, retired, kept)
+
+
+def check_connector_timeout(connector: Mapping[str, Any]) -> None:
+    """A tool is called inside the web request: a timeout the web worker's own limit cannot fit would end in
+    a killed worker and no outcome, so it is refused when configured (settings.PREFLIGHT_WEB_TIMEOUT_S)."""
+    timeout_s = connector.get("timeout_s")
+    limit = settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S
+    if timeout_s is not None and float(timeout_s) > limit:
+        raise Unprocessable(
+            "timeout_too_long",
+            f"connector.timeout_s: {timeout_s:g}s does not fit inside the web worker's limit"
+            f" ({settings.PREFLIGHT_WEB_TIMEOUT_S}s, PREFLIGHT_WEB_TIMEOUT_S); at most {limit}s",
+        )
 
 
 def _import_tool(srv: models.Server, tool: Mapping[str, Any], extension: Any, now: datetime) -> ImportedTool:
@@ -279,8 +296,9 @@ def measure_create(
         raise BadInput("invalid", f"kind: one of {', '.join(models.Measure.KINDS)}")
     if kind == "http" and not url:
         raise BadInput("invalid", f"url: required for a {kind} measure")
-    if not 0 < timeout_s <= 60:
-        raise BadInput("invalid", "timeout_s: more than 0 and at most 60 seconds")
+    limit = settings.PREFLIGHT_MEASURE_TIMEOUT_MAX_S  # inside the lookup task's limits (settings.py)
+    if not 0 < timeout_s <= limit:
+        raise BadInput("invalid", f"timeout_s: more than 0 and at most {limit} seconds")
     config = _checked(_measure_config, kind, url, dict(config or {}))
     measure, created = models.Measure.objects.update_or_create(
         name=name, defaults={"kind": kind, "url": url, "timeout_s": timeout_s, "config": dict(config or {})}
@@ -506,19 +524,20 @@ def _preflight(
     return preflight(plan, request, evidence, tool_source=tool_source), row
 
 
-# On an Execution instance: (frontier keys, {key: (lookups so far, lookups running)}) as `_exhausted_lookups`
+# On an Execution instance: (frontier keys, {key: (so far, running, lost)}) as `_exhausted_lookups`
 # counted them, for `_dispatch_lookups` to use when it dispatches that same frontier: one query, not two.
 _LOOKUP_COUNTS = "_preflight_lookup_counts"
 
 
-def _lookup_counts(execution: models.Execution, keys: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """{key: (lookups so far, lookups running)} for the execution's lookups of these keys. Plain SQL: the
+def _lookup_counts(execution: models.Execution, keys: Sequence[str]) -> dict[str, tuple[int, int, int]]:
+    """{key: (lookups so far, lookups running, of them lost to our infrastructure)} for the execution's
+    lookups of these keys. Plain SQL: the
     ORM's annotate spent more CPU building this small read than PostgreSQL spent running it, on the path
     between two levels of lookups. Every key of the execution is counted (it has a few rows per key) and the
     rest dropped here: one statement text for any frontier, on every database."""
     wanted = set(keys)
     rows = records.raw_rows(*_lookup_counts_read(execution))
-    return {key: (n, running) for key, n, running in rows if key in wanted}
+    return {key: (n, running, infra) for key, n, running, infra in rows if key in wanted}
 
 
 def _lookup_counts_read(execution: models.Execution) -> records.Read:
@@ -529,7 +548,7 @@ def _lookup_counts_read(execution: models.Execution) -> records.Read:
 def _lookup_counts_sql() -> str:
     key = connection.ops.quote_name("key")
     return (
-        f"SELECT {key}, COUNT(*), COUNT(*) - COUNT(observed_at)"
+        f"SELECT {key}, COUNT(*), COUNT(*) - COUNT(observed_at), COUNT(retry_after)"
         f" FROM {records.table(models.Observation)} WHERE execution_id = %s GROUP BY {key}"
     )
 
@@ -544,7 +563,10 @@ def _exhausted_lookups(execution: models.Execution, record: Record, now: datetim
     """Turn lookups tried too often into errors (they hold); True if any was."""
     keys = tuple(m.key for m in record.measures)
     counts = _lookup_counts(execution, keys)
-    exhausted = [m for m in record.measures if counts.get(m.key, (0, 0))[0] >= MAX_LOOKUPS_PER_KEY]
+    # Lookups lost to our infrastructure are retried on their own budget (`_back_off_lost_lookups`).
+    exhausted = [
+        m for m in record.measures if _tries(counts.get(m.key, (0, 0, 0))) >= MAX_LOOKUPS_PER_KEY
+    ]
     for m in exhausted:
         models.Observation.objects.create(
             execution=execution,
@@ -562,28 +584,72 @@ def _exhausted_lookups(execution: models.Execution, record: Record, now: datetim
     return bool(exhausted)
 
 
+def _tries(counts: tuple[int, int, int]) -> int:
+    return counts[0] - counts[2]
+
+
 def _expire_lost_lookups(execution: models.Execution, now: datetime) -> None:
     # A lookup whose task vanished (worker and broker both lost it) must not keep the execution waiting.
     # Plain SQL, built once: the ORM spent more CPU building this UPDATE than PostgreSQL spent running it.
     cutoff = now - timedelta(seconds=settings.PREFLIGHT_LOOKUP_LOST_AFTER_S)
     field = models.Observation._meta.get_field("observed_at")
+    at = field.get_db_prep_value(now, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             _expire_sql(),
             [
                 "the lookup was lost (no result within the time limit)",
-                field.get_db_prep_value(now, connection),
+                at,
+                at,  # retry_after, for now: `_back_off_lost_lookups` sets when
                 _execution_pk(execution.pk),
                 field.get_db_prep_value(cutoff, connection),
             ],
         )
+        lost = cursor.rowcount
+    if lost:
+        _back_off_lost_lookups(execution, now)
+
+
+def _back_off_lost_lookups(execution: models.Execution, now: datetime) -> None:
+    """A lost lookup is our fault, not the provider's: it holds for now, and is looked up again at the next
+    preflight after an exponential backoff (PREFLIGHT_LOOKUP_RETRY_S, doubling), up to
+    PREFLIGHT_LOOKUP_RETRIES times a key; then it stays a hold like any error."""
+    lost: dict[str, int] = {}
+    rows = models.Observation.objects.filter(execution=execution, retry_after__isnull=False).order_by("pk")
+    for pk, key, retry_after in rows.values_list("pk", "key", "retry_after"):
+        before = lost.get(key, 0)
+        lost[key] = before + 1
+        if retry_after != now:
+            continue  # lost earlier: its backoff is set
+        again: datetime | None = None
+        if before < settings.PREFLIGHT_LOOKUP_RETRIES:
+            delay = get_exponential_backoff_interval(
+                settings.PREFLIGHT_LOOKUP_RETRY_S, before, settings.PREFLIGHT_LOOKUP_RETRY_MAX_S
+            )
+            again = now + timedelta(seconds=delay)
+        models.Observation.objects.filter(pk=pk).update(retry_after=again)
+
+
+def infra_retry_due(*, execution_id: Any | None = None, now: datetime | None = None) -> list[Any]:
+    """Held executions with a lookup lost to our infrastructure whose backoff has passed since their latest
+    preflight (that is, not looked up again yet): the next preflight looks it up again."""
+    now = now or _now()
+    newer = models.Observation.objects.filter(
+        execution_id=OuterRef("execution_id"), key=OuterRef("key"), pk__gt=OuterRef("pk")
+    )
+    due = models.Observation.objects.filter(
+        retry_after__lte=now, retry_after__gt=F("execution__updated_at"), execution__verdict="hold"
+    ).filter(~Exists(newer))
+    if execution_id is not None:
+        due = due.filter(execution_id=execution_id)
+    return list(due.values_list("execution_id", flat=True).distinct())
 
 
 @records.per_vendor
 def _expire_sql() -> str:
     return (
-        f"UPDATE {records.table(models.Observation)} SET error = %s, observed_at = %s"
-        " WHERE execution_id = %s AND observed_at IS NULL AND dispatched_at < %s"
+        f"UPDATE {records.table(models.Observation)} SET error = %s, observed_at = %s, retry_after = %s"
+        " WHERE execution_id = %s AND observed_at IS NULL AND dispatched_at < %s AND unsent IS NULL"
     )
 
 
@@ -750,7 +816,7 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
     setattr(execution, _LOOKUP_COUNTS, None)
     # Per key: how often it was looked up, and whether one is running. None before an execution's first
     # record, which is the first thing that writes its observations.
-    seen: dict[str, tuple[int, int]] = {}
+    seen: dict[str, tuple[int, int, int]] = {}
     if counted is not None and counted[0] == wanted:
         seen = counted[1]
     elif execution.records > 1:
@@ -762,10 +828,10 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
             m.args,
             m.args_digest,
             m.key,
-            f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0))[0] + 1}",
+            f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0, 0))[0] + 1}",
         )
         for m in record.measures
-        if not seen.get(m.key, (0, 0))[1]  # one is running already: its group's last task preflights again
+        if not seen.get(m.key, (0, 0, 0))[1]  # one is running already: its group's last task preflights again
     ]
     if rows:
         records.insert_pending_lookups(execution, rows)  # one statement for the frontier
@@ -1168,18 +1234,35 @@ def _may_wait_on_lookups(execution: models.Execution) -> bool:
 
 @transaction.atomic
 @audit_batch()
-def lookups_undispatched(*, execution_id: Any, keys: Sequence[str], reason: str) -> models.PreflightRecord:
-    """The broker refused the group: the pending lookups become errors, so the slots hold, with the reason."""
+def lookups_unsent(*, execution_id: Any, keys: Sequence[str], reason: str) -> int:
+    """The broker refused the frontier: its lookups stay pending, marked as waiting to be sent, and the
+    execution stays `measure` (waiting) until the sweep sends them (`lookups_sent`). A broker outage is
+    ours, not the provider's: it never becomes a hold. Returns how many were newly marked."""
     execution = _lock_execution(execution_id)
-    if _has_run(execution):
-        return records.latest_record(execution)
-    models.Observation.objects.filter(execution=execution, key__in=keys, observed_at__isnull=True).update(
-        error=f"the lookup could not be dispatched: {reason}", observed_at=_now()
+    marked = models.Observation.objects.filter(
+        execution=execution, key__in=keys, observed_at__isnull=True, unsent__isnull=True
+    ).update(unsent=reason)
+    if marked:  # once per outage, not at every sweep that finds the broker still down
+        audit_append(
+            kind="lookup_dispatch_failed",
+            execution_id=execution.pk,
+            body={"keys": list(keys), "reason": reason},
+        )
+    return marked
+
+
+@transaction.atomic
+@audit_batch()
+def lookups_sent(*, execution_id: Any, keys: Sequence[str]) -> int:
+    """Lookups that waited for the broker were handed to it now; their time limit counts from now."""
+    execution = _lock_execution(execution_id)
+    # Not only the pending ones: in-process tasks (embedded mode) have recorded theirs already.
+    sent = models.Observation.objects.filter(execution=execution, key__in=keys, unsent__isnull=False).update(
+        unsent=None, dispatched_at=_now()
     )
-    audit_append(
-        kind="lookup_dispatch_failed", execution_id=execution.pk, body={"keys": list(keys), "reason": reason}
-    )
-    return _preflight_and_record(execution, trigger="lookups")
+    if sent:
+        audit_append(kind="lookup_dispatched", execution_id=execution.pk, body={"keys": list(keys)})
+    return sent
 
 
 @transaction.atomic
@@ -1308,6 +1391,8 @@ def execution_run(
     if isinstance(claim, _Refusal):
         raise Conflict(claim.code, claim.detail)
     timeout = float(claim.connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S)
+    # A connector configured before the limit was checked still ends inside the web worker's timeout.
+    timeout = min(timeout, float(settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S))
     result: Any = None
     try:
         result = (call_tool or connectors.call_tool)(
@@ -1322,7 +1407,7 @@ def execution_run(
     except Exception as exc:  # whatever broke, the call may have reached the tool: unknown, never retried
         logger.exception("tool call %s/%s raised", claim.server, claim.tool)
         status, detail = "outcome_unknown", f"{type(exc).__name__}: {exc}"
-    return _record_outcome(
+    return _outcome_written(
         execution_id=execution_id,
         grant_id=claim.grant_id,
         status=status,
@@ -1423,11 +1508,63 @@ def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refus
     )
 
 
+def _outcome_written(
+    *, execution_id: Any, grant_id: int, status: str, result: Any, detail: str, actor: str
+) -> RunOutcome:
+    """Record a run's outcome, through a database blip of a few seconds; past that, the call has left and
+    its outcome is not recorded, so the agent is told `outcome_unknown` (never "nothing was recorded") and
+    the sweep records that (`runs_reconcile`) once the run's start, committed with its nonce, is old."""
+
+    def reconnect(exc: Exception, intervals: Any, retries: int) -> float:
+        logger.warning("outcome of %s not recorded yet (%s); retrying", execution_id, exc)
+        connection.close()  # a broken connection is not reused; the next attempt opens a new one
+        return float(next(intervals))
+
+    try:
+        return cast(
+            RunOutcome,
+            retry_over_time(
+                _record_outcome,
+                (OperationalError, InterfaceError),
+                kwargs={
+                    "execution_id": execution_id,
+                    "grant_id": grant_id,
+                    "status": status,
+                    "result": result,
+                    "detail": detail,
+                    "actor": actor,
+                },
+                errback=reconnect,
+                interval_start=0.2,
+                interval_step=0.4,
+                interval_max=1.0,
+                timeout=settings.PREFLIGHT_OUTCOME_WRITE_S,
+            ),
+        )
+    except (OperationalError, InterfaceError):
+        logger.exception("outcome of %s (%s) could not be recorded", execution_id, status)
+        connection.close()
+        return RunOutcome(
+            "outcome_unknown",
+            None,
+            f"the tool was called ({status}) but the database was unavailable to record its outcome;"
+            " it is recorded as outcome_unknown. Do not retry the call blindly",
+        )
+
+
+# What a run may end in; refused attempts (`denied`, `expired`) are outcomes of no run.
+_RUN_OUTCOMES = ("executed", "failed", "outcome_unknown")
+
+
 @transaction.atomic
 def _record_outcome(
     *, execution_id: Any, grant_id: int, status: str, result: Any, detail: str, actor: str
 ) -> RunOutcome:
     _lock_execution(execution_id)  # the execution lock before the audit lock, as everywhere
+    # Once per run: a retry after a COMMIT whose answer was lost, or the sweep, finds it recorded.
+    first = models.Outcome.objects.filter(grant_id=grant_id, status__in=_RUN_OUTCOMES).first()
+    if first is not None:
+        return RunOutcome(first.status, first.result, first.detail)
     outcome = models.Outcome.objects.create(
         execution_id=execution_id, grant_id=grant_id, status=status, result=result, detail=detail
     )
@@ -1443,6 +1580,28 @@ def _record_outcome(
         },
     )
     return RunOutcome(status, result, detail)
+
+
+def runs_reconcile(*, now: datetime | None = None) -> int:
+    """Record `outcome_unknown` for every run started (its grant consumed, in the transaction that recorded
+    the run) with no outcome PREFLIGHT_RUN_LOST_AFTER_S later: the process that ran it cannot still be
+    running it, and the call may have reached the tool. Returns how many it recorded."""
+    cutoff = (now or _now()) - timedelta(seconds=settings.PREFLIGHT_RUN_LOST_AFTER_S)
+    ended = models.Outcome.objects.filter(grant=OuterRef("pk"), status__in=_RUN_OUTCOMES)
+    lost = models.Grant.objects.filter(used_at__lt=cutoff).filter(~Exists(ended))
+    n = 0
+    for grant_id, execution_id, used_at in lost.values_list("pk", "execution_id", "used_at"):
+        outcome = _record_outcome(
+            execution_id=execution_id,
+            grant_id=grant_id,
+            status="outcome_unknown",
+            result=None,
+            detail=f"the run started at {used_at.isoformat()} and recorded no outcome; the call may have"
+            " reached the tool",
+            actor="system:sweep",
+        )
+        n += outcome.status == "outcome_unknown"
+    return n
 
 
 # ---- presets ---------------------------------------------------------------------------------------

@@ -159,7 +159,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 2
 # as Django does after a request (CONN_MAX_AGE passed, or the connection broke). A new connection per lookup
 # cost a PostgreSQL backend start each (bench/lookups.py).
 CELERY_DB_REUSE_MAX = 2**62
-CELERY_TASK_TIME_LIMIT = env_int("PREFLIGHT_TASK_TIME_LIMIT_S", 60)
+# A measure's timeout, the lookup task's time limits and the broker's visibility timeout nest: a lookup lost
+# with its worker is redelivered within a minute (visibility timeout + restore interval: 40 + 5 s), and a
+# task still running is never redelivered (its hard limit ends it first).
+PREFLIGHT_MEASURE_TIMEOUT_MAX_S = 25
+PREFLIGHT_LOOKUP_SOFT_LIMIT_S = PREFLIGHT_MEASURE_TIMEOUT_MAX_S + 5
+PREFLIGHT_LOOKUP_HARD_LIMIT_S = PREFLIGHT_MEASURE_TIMEOUT_MAX_S + 10
+CELERY_TASK_TIME_LIMIT = env_int("PREFLIGHT_TASK_TIME_LIMIT_S", PREFLIGHT_LOOKUP_HARD_LIMIT_S)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 5)
 CELERY_TIMEZONE = "UTC"
 
@@ -167,32 +173,79 @@ CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = env_str("PREFLIGHT_CELERY_QUEUE", "celery")
 # Redis redelivers a task not acked within the visibility timeout: that is how a lookup lost with its worker
 # comes back, and why deferred triggers are scheduled in hops shorter than it (console/tasks.py).
-BROKER_VISIBILITY_TIMEOUT_S = env_int("PREFLIGHT_BROKER_VISIBILITY_TIMEOUT_S", 3600)
-# Fail fast when Redis is unreachable: the API then records a hold (lookups) instead of hanging.
+# Sized to the longest task (its hard limit) plus a margin, not kombu's default hour.
+BROKER_VISIBILITY_TIMEOUT_S = env_int(
+    "PREFLIGHT_BROKER_VISIBILITY_TIMEOUT_S", max(PREFLIGHT_LOOKUP_HARD_LIMIT_S, CELERY_TASK_TIME_LIMIT) + 5
+)
+# Fail fast when Redis is unreachable or frozen: a publish waits at most this long for an answer (twice, with
+# the one retry), and the API records the lookups as waiting to be sent instead of holding a web worker
+# (seconds each, with kombu's 5 s). Redis answers in well under a millisecond on a healthy network.
+BROKER_SOCKET_TIMEOUT_S = env_int("PREFLIGHT_BROKER_TIMEOUT_MS", 250, minimum=10) / 1000
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "socket_connect_timeout": 2,
-    "socket_timeout": 5,
+    "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_S,
+    "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
     "visibility_timeout": BROKER_VISIBILITY_TIMEOUT_S,
     # How often a worker sweeps for tasks whose visibility timeout ran out (kombu's default is ~100 s).
-    "unacked_restore_interval": max(1, min(10, BROKER_VISIBILITY_TIMEOUT_S // 4)),
+    "unacked_restore_interval": max(1, min(10, BROKER_VISIBILITY_TIMEOUT_S // 8)),
     "unacked_restore_throttle": 1 if BROKER_VISIBILITY_TIMEOUT_S < 600 else 10,
 }
-CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 2
-CELERY_REDIS_SOCKET_TIMEOUT = 5
-CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = BROKER_SOCKET_TIMEOUT_S
+CELERY_REDIS_SOCKET_TIMEOUT = BROKER_SOCKET_TIMEOUT_S
+# One retry, at once: it reconnects through a pooled connection that a Redis restart closed.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2}
 
 # Lookups per Celery task: a frontier is one group of tasks, each running up to this many of its lookups at
 # the same time (1: a task per lookup). See console/tasks.py `_lookup_tasks`.
 PREFLIGHT_LOOKUPS_PER_TASK = env_int("PREFLIGHT_LOOKUPS_PER_TASK", 10, minimum=1)
 # A pending lookup older than this is taken as lost (error finding) at the next preflight.
 PREFLIGHT_LOOKUP_LOST_AFTER_S = env_int("PREFLIGHT_LOOKUP_LOST_AFTER_S", 2 * CELERY_TASK_TIME_LIMIT)
+# A lost lookup is our infrastructure's fault, not the provider's: it holds, and is looked up again at the
+# next preflight (an answer, a GET, the sweep) after this backoff, doubling up to the max, this many times.
+PREFLIGHT_LOOKUP_RETRY_S = env_int("PREFLIGHT_LOOKUP_RETRY_S", 5, minimum=1)
+PREFLIGHT_LOOKUP_RETRY_MAX_S = env_int("PREFLIGHT_LOOKUP_RETRY_MAX_S", 300, minimum=1)
+PREFLIGHT_LOOKUP_RETRIES = env_int("PREFLIGHT_LOOKUP_RETRIES", 5, minimum=0)
+
+# The periodic work, run by `celery -A console beat` (Procfile): deferred executions that are due, lookups
+# waiting for the broker or lost, holds whose infrastructure retry is due, runs that recorded no outcome.
+PREFLIGHT_SWEEP_INTERVAL_S = env_int("PREFLIGHT_SWEEP_INTERVAL_S", 10, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {
+        "task": "console.tasks.sweep",
+        "schedule": float(PREFLIGHT_SWEEP_INTERVAL_S),
+        # A sweep not started by the next one is dropped, not piled up behind a stopped worker.
+        "options": {"expires": float(PREFLIGHT_SWEEP_INTERVAL_S)},
+    }
+}
 
 # Grants
 
 PREFLIGHT_SIGNING_KEY_PATH = env_path("PREFLIGHT_SIGNING_KEY_PATH", VAR_DIR / "grant_signing_key.pem")
 # Short: a grant is for running the call now, not a standing permission.
 PREFLIGHT_GRANT_TTL_S = env_int("PREFLIGHT_GRANT_TTL_S", 300)
-PREFLIGHT_TOOL_TIMEOUT_S = env_int("PREFLIGHT_TOOL_TIMEOUT_S", 30)
+
+# The execution gate calls the tool inside the web request, so every tool timeout must end well before the
+# serving process's own limit (gunicorn's `timeout`, gunicorn.conf.py reads this same variable): past it the
+# worker is killed mid-call and the agent gets an HTML 500 with no outcome. A connector's own `timeout_s`
+# above PREFLIGHT_TOOL_TIMEOUT_MAX_S is refused when it is configured.
+PREFLIGHT_WEB_TIMEOUT_S = env_int("PREFLIGHT_WEB_TIMEOUT_S", 60, minimum=10)
+# Left for what a run does besides the call: the gate's transaction before, the outcome's (with its retries
+# through a database blip, PREFLIGHT_OUTCOME_WRITE_S) after.
+PREFLIGHT_RUN_MARGIN_S = max(8, PREFLIGHT_WEB_TIMEOUT_S // 4)
+PREFLIGHT_TOOL_TIMEOUT_MAX_S = PREFLIGHT_WEB_TIMEOUT_S - PREFLIGHT_RUN_MARGIN_S
+PREFLIGHT_TOOL_TIMEOUT_S = env_int(
+    "PREFLIGHT_TOOL_TIMEOUT_S", min(30, PREFLIGHT_TOOL_TIMEOUT_MAX_S), minimum=1
+)
+if PREFLIGHT_TOOL_TIMEOUT_S > PREFLIGHT_TOOL_TIMEOUT_MAX_S:
+    raise ImproperlyConfigured(
+        f"PREFLIGHT_TOOL_TIMEOUT_S ({PREFLIGHT_TOOL_TIMEOUT_S}) must leave {PREFLIGHT_RUN_MARGIN_S}s inside"
+        f" PREFLIGHT_WEB_TIMEOUT_S ({PREFLIGHT_WEB_TIMEOUT_S}): at most {PREFLIGHT_TOOL_TIMEOUT_MAX_S}"
+    )
+# A run started (its grant consumed) with no outcome recorded this long after is recorded `outcome_unknown`
+# by the sweep: the process that ran it was killed past its limit, or could not write the outcome.
+PREFLIGHT_RUN_LOST_AFTER_S = env_int("PREFLIGHT_RUN_LOST_AFTER_S", PREFLIGHT_WEB_TIMEOUT_S + 30, minimum=1)
+# How long a run keeps trying to write its outcome through a database blip before it answers
+# `outcome_unknown` (and leaves the record to the sweep).
+PREFLIGHT_OUTCOME_WRITE_S = 5
 
 # MCP servers this host may start over stdio, as comma-separated command lines (shell-quoted); a connector's
 # command must equal one of them exactly: no extra arguments (an interpreter's -c, a server's --config are

@@ -30,7 +30,7 @@ from typing import Any
 from celery import current_app, group, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
@@ -40,36 +40,41 @@ from console.records import json_value, per_vendor, raw_reads, table
 
 logger = logging.getLogger(__name__)
 
-# Beyond any measure's own timeout (at most 60 s): the connector times out first and records an error.
-_LOOKUP_SOFT_LIMIT_S = 75
-_LOOKUP_HARD_LIMIT_S = 90
+# Beyond any measure's own timeout (PREFLIGHT_MEASURE_TIMEOUT_MAX_S): the connector times out first and
+# records an error. Inside the broker's visibility timeout, so a running task is never delivered twice.
+_LOOKUP_SOFT_LIMIT_S = settings.PREFLIGHT_LOOKUP_SOFT_LIMIT_S
+_LOOKUP_HARD_LIMIT_S = settings.PREFLIGHT_LOOKUP_HARD_LIMIT_S
 _FILL_GRACE_S = 0.005  # see `_run_lookups`
 
 
 def dispatch_lookups(execution_id: str, keys: Sequence[str]) -> bool:
-    """Run after commit. If the broker is down, the lookups become errors: the record says hold, with why.
-    True if the lookups went to the broker; False if they ran here (in-process tasks) or became errors, that
-    is, if the execution was preflighted again before this returned."""
+    """Run after commit. If the broker is down (or frozen: publishing fails within its socket timeout), the
+    lookups stay pending, marked as waiting to be sent, and the sweep sends them when it is back. True if
+    the lookups went to the broker; False if they ran here (in-process tasks) or wait to be sent, that is,
+    if the answer must be read back."""
     try:
-        frontier = group(_lookup_tasks(execution_id, keys))
-        if current_app.conf.task_always_eager:
-            frontier.apply_async()  # in-process: there is no broker to batch for
-            return False
-        # The whole frontier in one Redis round trip (kombu pipelines the pushes), so its lookups start
-        # together. One round trip per task let the worker's threads take the GIL between two pushes: the
-        # last lookup of a level of 10 started ~30 ms after the first (bench/lookups.py).
-        # declare=[]: Celery routes to the default exchange, which on Redis pushes straight onto the queue's
-        # list; "declaring" the queue before each push only checked kombu's cache of what was declared, ~20%
-        # of the CPU of publishing a frontier. The worker declares the queues it consumes.
-        with current_app.producer_or_acquire() as producer, producer.batch():
-            frontier.apply_async(producer=producer, declare=[])
+        return _send(execution_id, keys)
     except (KombuError, RedisError, OSError) as exc:  # the broker, not the lookups
-        # Any part of the group that did go out finds its row no longer pending, and changes nothing.
+        # A part of the group that did go out, sent again by the sweep, runs twice and is recorded once.
         logger.warning("lookups for %s not dispatched: %s", execution_id, exc)
-        services.lookups_undispatched(
-            execution_id=execution_id, keys=keys, reason=f"broker unavailable ({exc})"
-        )
+        services.lookups_unsent(execution_id=execution_id, keys=keys, reason=f"broker unavailable ({exc})")
         return False
+
+
+def _send(execution_id: str, keys: Sequence[str]) -> bool:
+    """Publish the frontier's group; False if it ran in-process instead. Raises what the broker raises."""
+    frontier = group(_lookup_tasks(execution_id, keys))
+    if current_app.conf.task_always_eager:
+        frontier.apply_async()  # in-process: there is no broker to batch for
+        return False
+    # The whole frontier in one Redis round trip (kombu pipelines the pushes), so its lookups start
+    # together. One round trip per task let the worker's threads take the GIL between two pushes: the
+    # last lookup of a level of 10 started ~30 ms after the first (bench/lookups.py).
+    # declare=[]: Celery routes to the default exchange, which on Redis pushes straight onto the queue's
+    # list; "declaring" the queue before each push only checked kombu's cache of what was declared, ~20%
+    # of the CPU of publishing a frontier. The worker declares the queues it consumes.
+    with current_app.producer_or_acquire() as producer, producer.batch():
+        frontier.apply_async(producer=producer, declare=[])
     return True
 
 
@@ -110,8 +115,25 @@ def schedule_trigger(execution_id: str, at: datetime) -> None:
         logger.error("deferred trigger for %s not scheduled: %s", execution_id, exc)
 
 
+# A database or broker that goes away for a moment must not strand an execution in `measure`: the task is
+# retried (a new message, this one acked) with exponential backoff and jitter, ~2 min in all. Every task is
+# safe to run again (module docstring); a lookup already recorded is not run again.
+_TRANSIENT = (OperationalError, InterfaceError, KombuError, RedisError, ConnectionError)
+_RETRY = {
+    "autoretry_for": _TRANSIENT,
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 10,
+}
+
+
 @shared_task(
-    acks_late=True, ignore_result=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S
+    acks_late=True,
+    ignore_result=True,
+    soft_time_limit=_LOOKUP_SOFT_LIMIT_S,
+    time_limit=_LOOKUP_HARD_LIMIT_S,
+    **_RETRY,
 )
 def measure_run(execution_id: str, key: str) -> None:
     """One lookup of a frontier."""
@@ -119,7 +141,11 @@ def measure_run(execution_id: str, key: str) -> None:
 
 
 @shared_task(
-    acks_late=True, ignore_result=True, soft_time_limit=_LOOKUP_SOFT_LIMIT_S, time_limit=_LOOKUP_HARD_LIMIT_S
+    acks_late=True,
+    ignore_result=True,
+    soft_time_limit=_LOOKUP_SOFT_LIMIT_S,
+    time_limit=_LOOKUP_HARD_LIMIT_S,
+    **_RETRY,
 )
 def measure_batch(execution_id: str, keys: list[str]) -> None:
     """Several lookups of a frontier, run at the same time (see `_lookup_tasks`)."""
@@ -266,13 +292,13 @@ def _observed(lookup: _Lookup, started: connectors.StartedMeasure) -> tuple[Any,
     return None, error, timezone.now()
 
 
-@shared_task(acks_late=True, ignore_result=True)
+@shared_task(acks_late=True, ignore_result=True, **_RETRY)
 def lookups_done(execution_id: str) -> None:
     """A group's callback, from when groups were chords: kept for messages queued before that changed."""
     services.lookups_settled(execution_id=execution_id)
 
 
-@shared_task(acks_late=True, ignore_result=True)
+@shared_task(acks_late=True, ignore_result=True, **_RETRY)
 def execution_trigger(execution_id: str) -> None:
     not_before = _trigger_if_due(execution_id)
     if not_before is not None and not current_app.conf.task_always_eager:
@@ -313,7 +339,10 @@ def trigger_due(now: datetime | None = None) -> int:
     lost_before = now - timedelta(seconds=settings.PREFLIGHT_LOOKUP_LOST_AFTER_S)
     stuck = set(
         models.Observation.objects.filter(
-            execution__verdict="measure", observed_at__isnull=True, dispatched_at__lt=lost_before
+            execution__verdict="measure",
+            observed_at__isnull=True,
+            unsent__isnull=True,  # waiting for the broker, not lost: `lookups_resend` sends them
+            dispatched_at__lt=lost_before,
         ).values_list("execution_id", flat=True)
     )
     for pk in due:
@@ -321,3 +350,49 @@ def trigger_due(now: datetime | None = None) -> int:
     for pk in stuck - due:
         services.execution_repreflight(execution_id=pk, trigger="lookups")
     return len(due | stuck)
+
+
+def lookups_resend() -> int:
+    """Send the lookups that wait for the broker (it refused them, or did not answer in time); returns how
+    many executions' lookups went. Published first, marked sent after: one sent twice runs twice and is
+    recorded once, one never marked is sent again by the next sweep."""
+    waiting: dict[str, list[str]] = {}
+    rows = models.Observation.objects.filter(unsent__isnull=False, observed_at__isnull=True).order_by("pk")
+    for execution_id, key in rows.values_list("execution_id", "key"):
+        waiting.setdefault(str(execution_id), []).append(key)
+    sent = 0
+    for execution_id, keys in waiting.items():
+        try:
+            _send(execution_id, keys)
+        except (KombuError, RedisError, OSError) as exc:
+            logger.warning("lookups waiting for the broker still not sent: %s", exc)
+            break  # the broker is still away: the next sweep tries again
+        services.lookups_sent(execution_id=execution_id, keys=keys)
+        sent += 1
+    return sent
+
+
+def holds_retry(now: datetime | None = None) -> int:
+    """Preflight again the holds whose lost lookup's backoff has passed: the lookup is made again."""
+    due = services.infra_retry_due(now=now)
+    for pk in due:
+        services.execution_repreflight(execution_id=pk, trigger="retry")
+    return len(due)
+
+
+def sweep(now: datetime | None = None) -> dict[str, int]:
+    """The periodic recovery (beat runs it every PREFLIGHT_SWEEP_INTERVAL_S; `manage.py trigger_due` runs
+    it by hand): each part decides under the execution's row lock, so two sweeps at once do no harm."""
+    return {
+        "due": trigger_due(now),
+        "sent": lookups_resend(),
+        "retried": holds_retry(now),
+        "reconciled": services.runs_reconcile(now=now),
+    }
+
+
+@shared_task(name="console.tasks.sweep", ignore_result=True)
+def sweep_task() -> None:
+    done = sweep()
+    if any(done.values()):
+        logger.info("sweep: %s", done)

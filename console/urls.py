@@ -24,6 +24,8 @@ api_docs = csp_update({"style-src": [UNSAFE_INLINE], "worker-src": ["blob:"]})(
 urlpatterns = [
     path("", views.home, name="home"),
     path("health/", views.health, name="health"),
+    path("health/live", views.live, name="health-live"),
+    path("health/ready", views.ready, name="health-ready"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("console.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

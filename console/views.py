@@ -14,18 +14,54 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "console/home.html")
 
 
+def _database() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "ok"
+    except DatabaseError:
+        logger.exception("health check: database query failed")
+        return "error"
+
+
+def _broker() -> str:
+    """The broker answers a PING within its socket timeout (settings: well under a second)."""
+    from console import celery_app
+
+    if celery_app.conf.task_always_eager:
+        return "unused"  # embedded mode: lookups run in-process
+    try:
+        with celery_app.pool.acquire(block=True, timeout=1) as conn:
+            conn.default_channel.client.ping()
+        return "ok"
+    except Exception as exc:  # any failure to reach it is "not ready", never a 500
+        logger.warning("health check: broker unavailable: %s", exc)
+        return "error"
+
+
 @never_cache
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
     # A load balancer must stop sending traffic to a console that cannot record verdicts,
     # so the database is part of "healthy", not just the process answering.
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        database = "ok"
-    except DatabaseError:
-        logger.exception("health check: database query failed")
-        database = "error"
-
+    database = _database()
     ok = database == "ok"
     return JsonResponse({"status": "ok" if ok else "error", "database": database}, status=200 if ok else 503)
+
+
+@never_cache
+@require_GET
+def live(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process serves requests. Nothing external, so an outage elsewhere does not get every web
+    process restarted at once."""
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def ready(request: HttpRequest) -> JsonResponse:
+    """Readiness: the database records and the broker takes lookups. Without the broker executions are still
+    recorded (their lookups wait to be sent), so a deployment may route on `database` alone."""
+    checks = {"database": _database(), "broker": _broker()}
+    ok = all(v in ("ok", "unused") for v in checks.values())
+    return JsonResponse({"status": "ok" if ok else "error", **checks}, status=200 if ok else 503)

@@ -263,6 +263,10 @@ class ExecutionDetailView(APIView):
     def get(self, request: Request, execution_id: str) -> Response:
         wait = _wait_seconds(request.query_params.get("wait"))
         execution = execution_or_404(execution_id, request.auth)
+        if execution.verdict == "hold" and services.infra_retry_due(execution_id=execution.pk):
+            # A hold from a lookup our infrastructure lost, whose backoff has passed: looked up again now.
+            services.execution_repreflight(execution_id=execution.pk, trigger="retry")
+            execution = execution_or_404(execution.pk, request.auth)
         deadline = time.monotonic() + wait
         while execution.verdict == "measure" and time.monotonic() < deadline:
             time.sleep(_POLL_S)

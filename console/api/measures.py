@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -20,7 +21,9 @@ class MeasureIn(serializers.Serializer):
     name = Text(max_length=200, help_text="the `lookup` a contract's measure names, e.g. bank.balance")
     kind = serializers.ChoiceField(choices=list(Measure.KINDS))
     url = Text(required=False, allow_blank=True, max_length=2000)
-    timeout_s = Number(required=False, default=5.0, min_value=0.01, max_value=60)
+    timeout_s = Number(
+        required=False, default=5.0, min_value=0.01, max_value=settings.PREFLIGHT_MEASURE_TIMEOUT_MAX_S
+    )
     config = Object(child=AnyJSON(), required=False)
 
 

@@ -130,6 +130,11 @@ class RecordOut(serializers.Serializer):
     grant = serializers.CharField(allow_null=True, help_text="a single-use grant token (verdict execute)")
     grant_expires_at = serializers.DateTimeField(allow_null=True)
     outcome = serializers.ChoiceField(choices=["executed", "failed", "outcome_unknown"], allow_null=True)
+    lookups_unsent = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="lookups waiting for the broker to be back (verdict measure); they are sent then",
+    )
     console_url = serializers.CharField()
 
 

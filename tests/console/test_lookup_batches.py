@@ -258,7 +258,7 @@ def test_lookups_still_running_at_the_tasks_soft_time_limit_are_recorded_as_time
     tasks.measure_batch(execution_id, keys)
 
     assert [(n, value, error) for n, value, error, _ in observed(execution_id)] == [
-        (n, None, "timed out after 75s") for n in range(N)
+        (n, None, f"timed out after {tasks._LOOKUP_SOFT_LIMIT_S}s") for n in range(N)
     ]
     execution = models.Execution.objects.get(pk=execution_id)
     assert execution.verdict == "hold"

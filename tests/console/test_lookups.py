@@ -168,25 +168,39 @@ def test_a_lookup_that_is_always_stale_ends_in_a_hold(bank: Downstream, agent: A
 
 
 @pytest.mark.django_db(transaction=True)
-def test_when_the_broker_is_down_the_record_holds_with_the_reason_and_nothing_is_lost(
+def test_when_the_broker_is_down_the_lookups_wait_to_be_sent_and_the_sweep_sends_them_when_it_is_back(
     bank: Downstream, agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(header: Any) -> Any:
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(tasks, "group", down)
-
-    response = agent.post("/api/v1/executions", transfer_request())
+    with monkeypatch.context() as broker:
+        broker.setattr(tasks, "group", down)
+        response = agent.post("/api/v1/executions", transfer_request())
+        assert tasks.sweep()["sent"] == 0  # still down: nothing sent, nothing lost
 
     assert response.status_code == 201
     record = response.json()
-    assert record["verdict"] == "hold"
-    assert any(
-        "broker unavailable" in (f.get("detail") or "") for s in record["slots"] for f in s["findings"]
-    )
-    rows = models.PreflightRecord.objects.filter(execution_id=record["id"]).order_by("seq")
-    assert [(r.verdict, r.trigger) for r in rows] == [("measure", "create"), ("hold", "lookups")]
+    # Waiting, and saying for what: a broker outage is ours, never a hold.
+    assert record["verdict"] == "measure"
+    assert record["lookups_unsent"] == [m["key"] for m in record["measures"]]
+    (pending,) = models.Observation.objects.filter(execution_id=record["id"])
+    assert pending.observed_at is None and "broker unavailable" in (pending.unsent or "")
     assert bank.lookups == 0
+
+    assert tasks.sweep()["sent"] == 1  # the broker is back
+
+    final = agent.get(f"/api/v1/executions/{record['id']}").json()
+    assert final["verdict"] == "execute"
+    assert "lookups_unsent" not in final
+    assert bank.lookups == 1
+    rows = models.PreflightRecord.objects.filter(execution_id=record["id"]).order_by("seq")
+    assert [(r.verdict, r.trigger) for r in rows] == [("measure", "create"), ("execute", "lookups")]
+    kinds = models.AuditEvent.objects.filter(execution_id=record["id"]).order_by("seq")
+    assert [k for k in kinds.values_list("kind", flat=True) if k.startswith("lookup")] == [
+        "lookup_dispatch_failed",
+        "lookup_dispatched",
+    ]
 
 
 @pytest.mark.django_db
@@ -200,6 +214,85 @@ def test_a_lookup_lost_with_its_worker_is_an_error_at_the_next_preflight(
 
     assert "lost" in (models.Observation.objects.get().error or "")
     assert models.Execution.objects.get(pk=record["id"]).verdict == "hold"
+
+
+def _lose_lookups(execution_id: str) -> None:
+    """The pending lookups' tasks vanished (worker and broker both lost them) long ago."""
+    models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True).update(
+        dispatched_at=datetime.now(UTC) - timedelta(hours=1)
+    )
+
+
+@pytest.mark.django_db
+def test_a_hold_from_a_lost_lookup_is_looked_up_again_at_a_get_once_its_backoff_has_passed(
+    quick_bank: Downstream, quick_agent: Agent, settings: Any
+) -> None:
+    settings.PREFLIGHT_LOOKUP_RETRY_S = 1
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+    _lose_lookups(record["id"])
+    services.execution_repreflight(execution_id=record["id"], trigger="answer")
+    url = f"/api/v1/executions/{record['id']}"
+
+    assert quick_agent.get(url).json()["verdict"] == "hold"  # within its backoff: still the hold
+    time.sleep(1.1)
+    again = quick_agent.get(url).json()
+
+    assert again["verdict"] == "measure"  # looked up again (its task runs after commit)
+    rows = models.PreflightRecord.objects.filter(execution_id=record["id"]).order_by("seq")
+    assert [(r.trigger, r.verdict) for r in rows] == [
+        ("create", "measure"),
+        ("answer", "hold"),
+        ("retry", "measure"),
+    ]
+    lost, pending = models.Observation.objects.filter(execution_id=record["id"]).order_by("pk")
+    assert "lost" in (lost.error or "") and lost.retry_after is not None
+    assert pending.observed_at is None
+    assert quick_agent.get(url).json()["seq"] == 3  # a GET while it waits preflights nothing
+
+
+@pytest.mark.django_db
+def test_lost_lookups_are_retried_with_a_doubling_backoff_then_hold_for_good(
+    quick_bank: Downstream, quick_agent: Agent, settings: Any
+) -> None:
+    settings.PREFLIGHT_LOOKUP_RETRY_S = 1
+    settings.PREFLIGHT_LOOKUP_RETRIES = 2
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+    delays = []
+    for _ in range(3):
+        _lose_lookups(record["id"])
+        services.execution_repreflight(execution_id=record["id"], trigger="answer")
+        lost = models.Observation.objects.filter(execution_id=record["id"]).latest("pk")
+        assert lost.observed_at is not None and "lost" in (lost.error or "")
+        if lost.retry_after is None:
+            delays.append(None)
+            assert tasks.holds_retry() == 0
+            continue
+        delays.append(round((lost.retry_after - lost.observed_at).total_seconds()))
+        assert tasks.holds_retry() == 0  # not yet
+        time.sleep(max(0.0, (lost.retry_after - datetime.now(UTC)).total_seconds()) + 0.05)
+        assert tasks.holds_retry() == 1  # the sweep looks it up again: a new pending lookup
+        assert models.Observation.objects.filter(execution_id=record["id"]).latest("pk").observed_at is None
+
+    assert delays == [1, 2, None]
+    assert models.Execution.objects.get(pk=record["id"]).verdict == "hold"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_providers_own_error_answer_stays_a_hold(bank: Downstream, agent: Agent, settings: Any) -> None:
+    settings.PREFLIGHT_LOOKUP_RETRY_S = 1
+
+    def refuse(account: str) -> Any:
+        raise connectors.MeasureFailed("502 from the bank")
+
+    connectors.register_lookup("bank.balance")(refuse)
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+    assert record["verdict"] == "hold"
+    time.sleep(1.1)
+
+    assert tasks.sweep()["retried"] == 0
+    answered = agent.get(f"/api/v1/executions/{record['id']}").json()
+    assert (answered["verdict"], answered["seq"]) == ("hold", record["seq"])
+    assert models.Observation.objects.filter(execution_id=record["id"]).count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
