@@ -90,15 +90,16 @@ def _reset_celery_connections() -> None:
 
 
 @contextmanager
-def celery_broker(url: str, queue: str) -> Iterator[None]:
-    """Publish this process's tasks (lookups, callbacks, triggers) to `url`/`queue`, never eagerly."""
+def celery_broker(url: str, queue: str, *, options: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """Publish this process's tasks (lookups, callbacks, triggers) to `url`/`queue`, never eagerly.
+    `options`: broker transport options instead of the tests' (`broker_options`)."""
     conf = celery_app.conf
     keys = ("broker_url", "task_default_queue", "broker_transport_options", "task_always_eager")
     saved = {key: conf[key] for key in keys}
     conf.update(
         broker_url=url,
         task_default_queue=queue,
-        broker_transport_options=broker_options(),
+        broker_transport_options=dict(options or broker_options()),
         task_always_eager=False,
     )
     _reset_celery_connections()
@@ -340,3 +341,183 @@ class MeasureServer:
     def calls_of(self, measure: str) -> list[Call]:
         with self.lock:
             return [c for c in self.calls if c.measure == measure]
+
+
+# ---- faults: a database that goes away, a scratch Redis, beat ----------------------------------------
+
+
+def _admin_connection(settings_dict: Mapping[str, Any]) -> Any:
+    """A psycopg connection to the server's maintenance database, outside Django (it must survive the test
+    database going away)."""
+    import psycopg
+
+    return psycopg.connect(
+        host=settings_dict.get("HOST") or "127.0.0.1",
+        port=settings_dict.get("PORT") or 5432,
+        user=settings_dict.get("USER") or None,
+        password=settings_dict.get("PASSWORD") or None,
+        dbname="postgres",
+        autocommit=True,
+        connect_timeout=5,
+    )
+
+
+class DatabaseOutage:
+    """Takes this session's own test database away and gives it back: new connections are refused and the
+    open ones are terminated, as when PostgreSQL restarts. Only that database: the shared server, and every
+    other database on it, are untouched."""
+
+    def __init__(self, settings_dict: Mapping[str, Any]) -> None:
+        self.name = str(settings_dict["NAME"])
+        self.settings_dict = settings_dict
+        self.down_since: float | None = None
+
+    def _sql(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        from psycopg import sql
+
+        with _admin_connection(self.settings_dict) as conn:
+            for statement, params in statements:
+                conn.execute(sql.SQL(statement).format(db=sql.Identifier(self.name)), params)
+
+    def start(self, *, spare: int | None = None) -> None:
+        """`spare`: a backend pid to leave connected (this test process's own, when the fault is meant for
+        the worker only)."""
+        self.down_since = time.monotonic()
+        self._sql(
+            ("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS false", ()),
+            (
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid() AND pid IS DISTINCT FROM %s",
+                (self.name, spare),
+            ),
+        )
+
+    def stop(self) -> None:
+        self._sql(("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS true", ()))
+        self.down_since = None
+
+    def stop_after(self, seconds: float) -> threading.Timer:
+        timer = threading.Timer(seconds, self.stop)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+
+@contextmanager
+def database_outage(settings_dict: Mapping[str, Any]) -> Iterator[DatabaseOutage]:
+    """A DatabaseOutage that is always over when the block ends, whatever the test did."""
+    outage = DatabaseOutage(settings_dict)
+    try:
+        yield outage
+    finally:
+        outage.stop()
+
+
+class ScratchRedis:
+    """A redis-server of the test's own on a free loopback port, to stop, freeze (SIGSTOP) and restart."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = closed_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        from redis import Redis
+
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        client = Redis.from_url(self.url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        wait_until(lambda: _pings(client), timeout=10, what="the scratch Redis to answer")
+
+    def freeze(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def _pings(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+@dataclass
+class Beat:
+    """`celery -A console beat` as a subprocess: the periodic sweep, as the Procfile runs it."""
+
+    env: dict[str, str]
+    log_dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    def start(self) -> None:
+        self.log = self.log_dir / "beat.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.log_dir / "beat-schedule"),
+            "--pidfile",
+            "",
+        ]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                env=self.env,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=8)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)

@@ -302,7 +302,7 @@ def test_a_lookup_whose_pool_process_dies_is_requeued_by_the_live_worker_and_rec
     assert triggers(record["id"]) == [("create", "measure"), ("lookups", "execute")]
 
 
-def test_with_redis_down_the_api_answers_with_a_hold_and_the_reason_and_keeps_every_record(
+def test_with_redis_down_the_api_records_the_lookups_as_waiting_and_the_sweep_sends_them_when_it_is_back(
     celery_worker: Worker, measure_server: MeasureServer
 ) -> None:
     measure_server.answer("bank.balance", lambda args: 2500.0)
@@ -316,27 +316,28 @@ def test_with_redis_down_the_api_answers_with_a_hold_and_the_reason_and_keeps_ev
 
     assert response.status_code == 201, response.content
     record = response.json()
-    assert record["verdict"] == "hold"
     assert took < 3  # a refused connection fails fast; the API does not hang on the broker
-    reasons = [
-        f.get("detail") or "" for s in record["slots"] for f in s["findings"] if f["outcome"] == "error"
-    ]
-    assert any("broker unavailable" in r for r in reasons), record["slots"]
-    # Nothing recorded is lost: the submission, both preflights, the failed lookup and the audit chain.
-    assert triggers(record["id"]) == [("create", "measure"), ("lookups", "hold")]
+    # Waiting, and saying for what; a broker outage is not the provider's error, so not a hold.
+    assert record["verdict"] == "measure"
+    assert record["lookups_unsent"] == [m["key"] for m in record["measures"]]
     observation = models.Observation.objects.get(execution_id=record["id"])
-    assert observation.observed_at is not None and "could not be dispatched" in (observation.error or "")
+    assert observation.observed_at is None and "broker unavailable" in (observation.unsent or "")
+    assert measure_server.calls_of("bank.balance") == []
+
+    call_command("trigger_due", stdout=StringIO())  # the sweep, with the broker back
+    final = settled(agent, record["id"], timeout=15, worker=celery_worker)
+
+    assert final["verdict"] == "execute", final["reasons"]
+    # Nothing recorded is lost: the submission, the waiting lookups, their sending, the audit chain.
+    assert triggers(record["id"]) == [("create", "measure"), ("lookups", "execute")]
     kinds = list(
         models.AuditEvent.objects.filter(execution_id=record["id"])
         .order_by("seq")
         .values_list("kind", flat=True)
     )
-    assert kinds == ["preflight", "lookup_dispatch_failed", "preflight"]
-    assert measure_server.calls_of("bank.balance") == []
+    assert kinds[:3] == ["preflight", "lookup_dispatch_failed", "lookup_dispatched"]
+    assert len(measure_server.calls_of("bank.balance")) == 1
     audit_verifies()
-    # With the broker back, the same request goes through.
-    again = settled(agent, agent.submit(transfer_request()).json()["id"], timeout=15, worker=celery_worker)
-    assert again["verdict"] == "execute", again["reasons"]
 
 
 def test_a_deferred_execution_is_preflighted_afresh_by_its_eta_task_at_trigger_time(
