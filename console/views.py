@@ -1,5 +1,7 @@
 import logging
+from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -24,15 +26,27 @@ def _database() -> str:
         return "error"
 
 
+_brokers: dict[str, Any] = {}
+
+
 def _broker() -> str:
-    """The broker answers a PING within its socket timeout (settings: well under a second)."""
+    """The broker answers a PING within its socket timeout (settings: well under a second). A client of its
+    own, kept per URL: kombu's connection would retry connecting for seconds first."""
+    from redis import Redis
+
     from console import celery_app
 
     if celery_app.conf.task_always_eager:
         return "unused"  # embedded mode: lookups run in-process
+    url = str(celery_app.conf.broker_url)
     try:
-        with celery_app.pool.acquire(block=True, timeout=1) as conn:
-            conn.default_channel.client.ping()
+        client = _brokers.get(url)
+        if client is None:
+            timeout = settings.BROKER_SOCKET_TIMEOUT_S
+            client = _brokers[url] = Redis.from_url(
+                url, socket_connect_timeout=timeout, socket_timeout=timeout, retry_on_timeout=False
+            )
+        client.ping()
         return "ok"
     except Exception as exc:  # any failure to reach it is "not ready", never a 500
         logger.warning("health check: broker unavailable: %s", exc)

@@ -195,3 +195,32 @@ def test_a_bad_measure_is_400_naming_the_field(
 
     assert response.status_code == 400
     assert response.json()["detail"].startswith(field)
+
+
+def test_a_connector_timeout_that_cannot_fit_inside_the_web_workers_limit_is_refused(
+    quick_agent: Agent, settings: Any
+) -> None:
+    limit = settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S
+    assert limit <= settings.PREFLIGHT_WEB_TIMEOUT_S - 8  # a real margin for the run's own writes
+    too_long = {"kind": "python", "timeout_s": limit + 1}
+
+    refused = imported(quick_agent, [TRANSFER], connector=too_long)
+    fits = imported(quick_agent, [TRANSFER], connector={"kind": "python", "timeout_s": limit})
+
+    assert refused.status_code == 422
+    assert refused.json()["error"] == "timeout_too_long"
+    assert "PREFLIGHT_WEB_TIMEOUT_S" in refused.json()["detail"]
+    assert fits.status_code == 201
+    assert models.Server.objects.get(name="bank").connector == {"kind": "python", "timeout_s": limit}
+
+
+def test_a_measure_timeout_beyond_the_lookup_tasks_limit_is_refused(
+    quick_agent: Agent, settings: Any
+) -> None:
+    body = {"name": "m", "kind": "python", "timeout_s": settings.PREFLIGHT_MEASURE_TIMEOUT_MAX_S + 1}
+
+    response = quick_agent.post("/api/v1/measures", body)
+
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("timeout_s")
+    assert not models.Measure.objects.exists()
