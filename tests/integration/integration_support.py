@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -416,9 +416,10 @@ def database_outage(settings_dict: Mapping[str, Any]) -> Iterator[DatabaseOutage
 class ScratchRedis:
     """A redis-server of the test's own on a free loopback port, to stop, freeze (SIGSTOP) and restart."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, args: Sequence[str] = ()) -> None:
         self.directory = directory
         self.port = closed_port()
+        self.args = list(args)  # more redis-server options (persistence, say)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -441,6 +442,7 @@ class ScratchRedis:
                 "no",
                 "--dir",
                 str(self.directory),
+                *self.args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -463,6 +465,12 @@ class ScratchRedis:
             with suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGCONT)
                 self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop_graceful(self) -> None:
+        """SIGTERM: Redis writes what it persists, then exits (a restart, not a crash)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
             self.proc.wait(timeout=10)
 
 
