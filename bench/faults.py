@@ -446,10 +446,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", default="", help=f"comma-separated, of {', '.join(FAULTS)}")
+    parser.add_argument("--keep", action="store_true", help="keep the logs (printed: their directory)")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or list(FAULTS)
     print(speed_line())
-    with tempfile.TemporaryDirectory(prefix="preflight-faults-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="preflight-faults-", delete=not args.keep) as tmp:
+        if args.keep:
+            print(f"logs: {tmp}")
         d = Deployment(Path(tmp))
         try:
             token = d.start()

@@ -1,5 +1,6 @@
 """The Celery app. Workers start with `celery -A console worker`; tasks live in each app's tasks.py."""
 
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -8,6 +9,8 @@ from celery import Celery, signals
 from kombu.transport import redis as kombu_redis
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+logger = logging.getLogger(__name__)
 
 
 class _CelerySettings(Mapping[str, Any]):
@@ -43,6 +46,33 @@ app.config_from_object(_CelerySettings(), namespace="CELERY")
 app.autodiscover_tasks()
 
 
+class _RedisQoS(kombu_redis.QoS):
+    """kombu's, except that a channel whose broker connection was lost cannot take the worker down. With
+    kombu 5.7 a Redis restart while a task ran ended the worker, stock transport or not (bench/faults.py,
+    redis-restart): "Unrecoverable error: AttributeError", when the lost channel gave back its unacked
+    messages, and again when the running task finished and was acked on it, each asking for a new pool of
+    a connection already torn down. Those messages are still in Redis's unacked index: they come back after
+    the visibility timeout, as a killed worker's do (a task that finished runs again, recorded once)."""
+
+    def restore_unacked(self, client: Any = None) -> None:
+        try:
+            super().restore_unacked(client)
+        except AttributeError:
+            logger.warning("unacked messages left for the visibility timeout: the broker connection is gone")
+
+    def ack(self, delivery_tag: Any) -> None:
+        try:
+            super().ack(delivery_tag)
+        except AttributeError:
+            logger.warning("a message of a lost channel left for the visibility timeout (not acked)")
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        try:
+            super().reject(delivery_tag, requeue=requeue)
+        except AttributeError:
+            logger.warning("a message of a lost channel left for the visibility timeout (not rejected)")
+
+
 class _RedisChannel(kombu_redis.Channel):
     """kombu's Redis channel, with one client object per connection pool instead of one per operation.
 
@@ -54,6 +84,7 @@ class _RedisChannel(kombu_redis.Channel):
     may be shared by the channel's threads; it is rebuilt if the channel replaces its pool (after a fork, or
     a reconnect)."""
 
+    QoS = _RedisQoS
     _sync_client: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:

@@ -358,3 +358,52 @@ def test_under_the_shipped_gunicorn_config_a_tool_slower_than_every_timeout_ends
     assert "WORKER TIMEOUT" not in log.read_text()
     assert outcomes(record["id"]) == ["outcome_unknown"]
     audit_verifies()
+
+
+# ---- a broker restart while a lookup runs ------------------------------------------------------------
+
+
+def test_a_redis_restart_while_a_lookup_runs_does_not_take_the_worker_down(
+    celery_worker: Worker, measure_server: MeasureServer, tmp_path: Path
+) -> None:
+    import threading
+
+    redis = ScratchRedis(tmp_path, ["--appendonly", "yes", "--appendfsync", "always"])
+    redis.start()
+    worker = Worker(
+        env={**celery_worker.env, "REDIS_URL": redis.url},
+        queue=celery_worker.queue,
+        log_dir=tmp_path,
+        concurrency=2,
+    )
+    release = threading.Event()
+    running = threading.Event()
+
+    def balance(args: dict[str, Any]) -> float:
+        running.set()
+        release.wait(timeout=30)
+        return 2500.0
+
+    try:
+        worker.start()
+        measure_server.answer("bank.balance", balance)
+        agent = catalog(measure_server, timeout_s=20)
+        with celery_broker(redis.url, worker.queue):
+            record = agent.submit(transfer_request()).json()
+            assert running.wait(timeout=15), "the lookup never reached the measure server"
+            redis.stop_graceful()  # a restart of the broker, its queue kept (append-only file)
+            redis.start()
+            release.set()
+            final = settled(agent, record["id"], timeout=30, worker=worker)
+        alive = worker.proc is not None and worker.proc.poll() is None
+    finally:
+        release.set()
+        worker.stop()
+        redis.stop()
+
+    assert alive, log_tail(worker.log)
+    assert "Unrecoverable error" not in log_tail(worker.log, chars=10**7)
+    assert final["verdict"] == "execute", final["reasons"]
+    observations = models.Observation.objects.filter(execution_id=record["id"])
+    assert [(o.value, o.error) for o in observations] == [(2500.0, None)]
+    audit_verifies()
