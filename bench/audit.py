@@ -6,9 +6,10 @@
 Every action appends to one hash chain under one lock (console/audit.py: a transaction-scoped advisory lock,
 held from the append's INSERT to its COMMIT). This measures where that serialization point caps: each
 writer process loops over transactions that append one event with a preflight's body, as a preflight does,
-and the same loop with the chain taken out (the same row into a plain table, no lock) says what the database
-itself would take. A PostgreSQL cluster of its own (bench/scratch.py), defaults (fsync and synchronous
-commit on), on this machine's disk; the chain is verified at the end.
+for a new execution each; then the same with the chain split in 8 by execution (PREFLIGHT_AUDIT_CHAINS=8,
+each chain its own lock); and the same loop with the chain taken out (the same row into a plain table, no
+lock) says what the database itself would take. A PostgreSQL cluster of its own (bench/scratch.py),
+defaults (fsync and synchronous commit on), on this machine's disk; the chains are verified at the end.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from machine import speed_line  # noqa: E402
 from scratch import ScratchPostgres  # noqa: E402
 
+CHAINS = 8
 BODY = {
     "seq": 1,
     "trigger": "create",
@@ -56,7 +58,7 @@ def writer(mode: str, seconds: float, start_at: float) -> None:
     n = 0
     while time.monotonic() < end:
         execution_id = uuid.uuid4()
-        if mode == "chain":
+        if mode.startswith("chain"):
             with transaction.atomic(), audit_batch():
                 audit_append(kind="preflight", execution_id=execution_id, body=BODY)
         else:
@@ -71,6 +73,8 @@ def writer(mode: str, seconds: float, start_at: float) -> None:
 
 def point(env: dict[str, str], mode: str, writers: int, seconds: float) -> float:
     start_at = time.time() + 2.0  # every writer set up before any starts
+    if mode == "chains":  # the chain split by execution (settings.PREFLIGHT_AUDIT_CHAINS)
+        env = {**env, "PREFLIGHT_AUDIT_CHAINS": str(CHAINS)}
     procs = [
         subprocess.Popen(
             [
@@ -136,14 +140,18 @@ def main() -> int:
                 "CREATE TABLE bench_plain (id bigserial PRIMARY KEY, execution_id uuid, body jsonb)"
             )
         connections.close_all()
-        print("writers | chain appends/s | plain inserts/s (no chain) | chain / plain")
+        print(f"writers | one chain appends/s | {CHAINS} chains appends/s | plain inserts/s (no chain)")
         for n in [int(x) for x in args.writers.split(",")]:
             chain = point(env, "chain", n, args.seconds)
+            chains = point(env, "chains", n, args.seconds)
             plain = point(env, "plain", n, args.seconds)
-            print(f"{n:7d} | {chain:15.0f} | {plain:26.0f} | {chain / plain:.2f}", flush=True)
+            print(f"{n:7d} | {chain:20.0f} | {chains:19.0f} | {plain:26.0f}", flush=True)
+        from django.test import override_settings
+
         from console.audit import verify_all
 
-        report = verify_all()
+        with override_settings(PREFLIGHT_AUDIT_CHAINS=CHAINS):
+            report = verify_all()
         print(f"chain: {report.events} events, {'ok' if report.ok else report.broken}")
         connections.close_all()
         return 0 if report.ok else 1

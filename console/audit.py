@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -57,11 +58,20 @@ def _linked(prefix: bytes, prev_hash: str, seq: int) -> str:
     return "sha256:" + hashlib.sha256(prefix + f'{prev_hash}","seq":{seq:d}}}'.encode()).hexdigest()
 
 
-def _chain_head() -> tuple[int, str]:
-    """(seq, hash) of the last event; (0, GENESIS) for an empty chain. SQLite: its one writer at a time
-    serializes appends, and the unique seq turns any race that slips through into a failed action, never a
-    forked chain."""
-    row = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+def chain_of(execution_id: str | None) -> int:
+    """The chain an event goes to: an execution's events all go to one (its id modulo
+    PREFLIGHT_AUDIT_CHAINS), events of no execution to chain 0, which also anchors the others' heads."""
+    chains = settings.PREFLIGHT_AUDIT_CHAINS
+    if chains == 1 or execution_id is None:
+        return 0
+    return uuid.UUID(execution_id).int % chains
+
+
+def _chain_head(chain: int = 0) -> tuple[int, str]:
+    """(seq, hash) of the last event of a chain; (0, GENESIS) for an empty one. SQLite: its one writer at a
+    time serializes appends, and the unique (chain, seq) turns any race that slips through into a failed
+    action, never a forked chain."""
+    row = AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
     return (int(row[0]), str(row[1])) if row else (0, GENESIS)
 
 
@@ -74,12 +84,13 @@ def _write(events: list[AuditEvent]) -> None:
     if connection.vendor == "postgresql":
         _append_on_server(events)
         return
-    seq, prev_hash = _chain_head()
+    heads: dict[int, tuple[int, str]] = {}
     for event in events:
+        seq, prev_hash = heads.get(event.chain) or _chain_head(event.chain)
         seq += 1
         event.seq = seq
         event.prev_hash = prev_hash
-        event.hash = prev_hash = link_hash(
+        event.hash = link_hash(
             seq=seq,
             kind=event.kind,
             execution_id=event.execution_id,
@@ -87,6 +98,7 @@ def _write(events: list[AuditEvent]) -> None:
             created_at=event.created_at,
             prev_hash=event.prev_hash,
         )
+        heads[event.chain] = (seq, event.hash)
     insert_rows(events, ids=False)
 
 
@@ -102,8 +114,16 @@ def _append_on_server(events: list[AuditEvent]) -> None:
     appends from reading the same head. Each INSERT is a statement of its own after the lock: in READ
     COMMITTED a statement takes its snapshot when it starts, so it sees the previous holder's commit."""
     fields = {f.name: f for f in AuditEvent._meta.concrete_fields}
+    # One lock per chain, taken in chain order (two actions never wait on each other's in a cycle). Chain 0
+    # keeps the single-key lock it always had.
     statements: list[tuple[str, Sequence[Any]]] = [
-        (f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d})", ())
+        (
+            f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d})"
+            if chain == 0
+            else f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d}, {chain:d})",
+            (),
+        )
+        for chain in sorted({event.chain for event in events})
     ]
     for event in events:
         params = [
@@ -111,7 +131,7 @@ def _append_on_server(events: list[AuditEvent]) -> None:
             for name in ("kind", "execution_id", "body", "created_at")
         ]
         prefix = _link_prefix(event.kind, event.execution_id, event.body, event.created_at)
-        statements.append((_append_sql(), [*params, prefix, GENESIS]))
+        statements.append((_append_sql(), [event.chain, *params, prefix, event.chain, GENESIS]))
     write_now_or_later(statements)
 
 
@@ -125,11 +145,11 @@ def _append_sql() -> str:
     t = table(AuditEvent)
     link = """convert_to(h.hash || '","seq":' || (h.seq + 1) || '}', 'UTF8')"""
     return (
-        f"INSERT INTO {t} (seq, kind, execution_id, body, created_at, prev_hash, hash)"
-        f" SELECT h.seq + 1, {cast('kind')}, {cast('execution_id')}, {cast('body')}, {cast('created_at')},"
-        f" h.hash, 'sha256:' || encode(sha256(%s::bytea || {link}), 'hex')"
-        f" FROM ((SELECT seq, hash FROM {t} ORDER BY seq DESC LIMIT 1) UNION ALL (SELECT 0, %s)) h"
-        " ORDER BY h.seq DESC LIMIT 1"
+        f"INSERT INTO {t} (seq, chain, kind, execution_id, body, created_at, prev_hash, hash)"
+        f" SELECT h.seq + 1, %s::smallint, {cast('kind')}, {cast('execution_id')}, {cast('body')},"
+        f" {cast('created_at')}, h.hash, 'sha256:' || encode(sha256(%s::bytea || {link}), 'hex')"
+        f" FROM ((SELECT seq, hash FROM {t} WHERE chain = %s::smallint ORDER BY seq DESC LIMIT 1)"
+        " UNION ALL (SELECT 0, %s)) h ORDER BY h.seq DESC LIMIT 1"
     )
 
 
@@ -173,12 +193,9 @@ def audit_append(*, kind: str, execution_id: uuid.UUID | str | None, body: Mappi
     are set when it is written."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit_append must run inside the transaction of the action it records")
-    event = AuditEvent(
-        kind=kind,
-        # As the column gives it back (lowercase, hyphens), which is what `verify_chain` hashes.
-        execution_id=str(uuid.UUID(str(execution_id))) if execution_id is not None else None,
-        body=dict(body),
-    )
+    # As the column gives it back (lowercase, hyphens), which is what `verify_chain` hashes.
+    ex_id = str(uuid.UUID(str(execution_id))) if execution_id is not None else None
+    event = AuditEvent(kind=kind, execution_id=ex_id, body=dict(body), chain=chain_of(ex_id))
     batch = getattr(_batches, "events", None)
     if batch is not None:
         batch.append(event)
@@ -193,21 +210,29 @@ class Break:
     reason: str
 
 
-def verify_chain(batch: int = 2000) -> Iterator[tuple[int, Break | None]]:
-    """Walk the chain in seq order: (seq, None) per good link, then (seq, Break) at the first bad one."""
+def verify_chain(batch: int = 2000, *, chain: int = 0) -> Iterator[tuple[int, Break | None]]:
+    """Walk a chain in seq order: (seq, None) per good link, then (seq, Break) at the first bad one."""
+    for seq, _, broken in _walk(batch, chain):
+        yield seq, broken
+
+
+def _walk(batch: int, chain: int) -> Iterator[tuple[int, str, Break | None]]:
+    """`verify_chain`, with each good link's hash."""
     expected_seq = 1
     prev_hash = GENESIS
     with transaction.atomic():
-        rows = AuditEvent.objects.order_by("seq").values_list(
-            "seq", "kind", "execution_id", "body", "created_at", "prev_hash", "hash"
+        rows = (
+            AuditEvent.objects.filter(chain=chain)
+            .order_by("seq")
+            .values_list("seq", "kind", "execution_id", "body", "created_at", "prev_hash", "hash")
         )
         for seq, kind, execution_id, body, created_at, stored_prev, stored_hash in rows.iterator(batch):
             if seq != expected_seq:
                 what = "missing (deleted)" if seq > expected_seq else "out of order"
-                yield seq, Break(expected_seq, f"seq {expected_seq} is {what}; found seq {seq} next")
+                yield seq, "", Break(expected_seq, f"seq {expected_seq} is {what}; found seq {seq} next")
                 return
             if stored_prev != prev_hash:
-                yield seq, Break(seq, "prev_hash does not match the hash of the previous event")
+                yield seq, "", Break(seq, "prev_hash does not match the hash of the previous event")
                 return
             ex_id = str(execution_id) if execution_id is not None else None
             recomputed = link_hash(
@@ -219,9 +244,9 @@ def verify_chain(batch: int = 2000) -> Iterator[tuple[int, Break | None]]:
                 prev_hash=stored_prev,
             )
             if recomputed != stored_hash:
-                yield seq, Break(seq, "content does not match its hash (the row was edited)")
+                yield seq, "", Break(seq, "content does not match its hash (the row was edited)")
                 return
-            yield seq, None
+            yield seq, stored_hash, None
             prev_hash = stored_hash
             expected_seq += 1
 
@@ -240,17 +265,64 @@ class ChainReport:
         return self.broken is None
 
 
+def audit_anchor() -> int:
+    """Append to chain 0 the heads of the other chains, so that none can be cut short or rewritten below an
+    anchored head unseen (`verify_all`). The sweep runs it; returns how many heads it anchored."""
+    heads = {}
+    for chain in range(1, settings.PREFLIGHT_AUDIT_CHAINS):
+        seq, head = _chain_head(chain)
+        if seq:
+            heads[str(chain)] = [seq, head]
+    if heads:
+        with transaction.atomic():
+            audit_append(kind="anchor", execution_id=None, body={"heads": heads})
+    return len(heads)
+
+
+def _anchors() -> dict[int, dict[int, tuple[int, str]]]:
+    """{chain: {seq: (anchored hash, seq of the anchor in chain 0)}} from chain 0's anchors."""
+    anchored: dict[int, dict[int, tuple[int, str]]] = {}
+    rows = AuditEvent.objects.filter(chain=0, kind="anchor").order_by("seq").values_list("seq", "body")
+    for at, body in rows:
+        for chain, (seq, head) in (body.get("heads") or {}).items():
+            anchored.setdefault(int(chain), {})[int(seq)] = (at, str(head))
+    return anchored
+
+
 def verify_all() -> ChainReport:
-    """Walk the audit chain, then check every stored preflight record against its own digest."""
+    """Walk every audit chain (checking each against the heads chain 0 anchored for it), then check every
+    stored preflight record against its own digest."""
     from console.models import PreflightRecord
     from console.records import record_body_digest
 
     events = 0
     head = None
-    for seq, broken in verify_chain():
-        if broken is not None:
-            return ChainReport(events, head, 0, f"audit chain broken at seq {broken.seq}: {broken.reason}")
-        events, head = events + 1, seq
+    chains = sorted({0, *AuditEvent.objects.values_list("chain", flat=True).distinct()})
+    anchors = _anchors() if len(chains) > 1 or settings.PREFLIGHT_AUDIT_CHAINS > 1 else {}
+    for chain in chains:
+        name = "audit chain" if chains == [0] else f"audit chain {chain}"
+        expected = anchors.get(chain, {})
+        last = 0
+        for seq, link, broken in _walk(2000, chain):
+            if broken is not None:
+                return ChainReport(events, head, 0, f"{name} broken at seq {broken.seq}: {broken.reason}")
+            if seq in expected and expected[seq][1] != link:
+                at = expected[seq][0]
+                return ChainReport(
+                    events, head, 0, f"{name} broken at seq {seq}: not the link chain 0 anchored at seq {at}"
+                )
+            events, last = events + 1, seq
+            if chain == 0:
+                head = seq
+        cut = [(seq, at) for seq, (at, _) in expected.items() if seq > last]
+        if cut:
+            seq, at = min(cut)
+            return ChainReport(
+                events,
+                head,
+                0,
+                f"{name} broken at seq {seq}: missing (cut short) below the head anchored at seq {at}",
+            )
     rows = PreflightRecord.objects.order_by("pk").values_list(
         "execution_id", "seq", "record", "record_digest"
     )

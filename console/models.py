@@ -429,7 +429,10 @@ class GapRow(AppendOnly):
 class AuditEvent(AppendOnly):
     """One link of the tamper-evident chain. See console/audit.py for what the hash covers."""
 
-    seq = models.PositiveBigIntegerField(unique=True)
+    seq = models.PositiveBigIntegerField()
+    # Which chain (settings.PREFLIGHT_AUDIT_CHAINS; an execution's events are all in one): each has its own
+    # seq, head and lock, and chain 0 anchors the heads of the others (console/audit.py).
+    chain = models.PositiveSmallIntegerField(default=0, db_default=0)
     kind = models.CharField(max_length=40)
     execution_id = models.UUIDField(null=True, blank=True, db_index=True)
     body = models.JSONField()
@@ -438,7 +441,8 @@ class AuditEvent(AppendOnly):
     created_at = models.DateTimeField()
 
     class Meta:
-        ordering = ["seq"]
+        ordering = ["chain", "seq"]
+        constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="auditevent_chain_seq_unique")]
 
 
 # ---- provider gap reports ----------------------------------------------------------------------------

@@ -217,6 +217,11 @@ CELERY_BEAT_SCHEDULE = {
     }
 }
 
+# The audit hash chain is one lock for the whole deployment; past what one chain takes (bench/audit.py,
+# bench/RESULTS.md) it is split into this many chains by execution, their heads anchored in chain 0 by the
+# sweep. `verify_audit` walks them all. Raise it only: an execution's chain is its id modulo this number.
+PREFLIGHT_AUDIT_CHAINS = env_int("PREFLIGHT_AUDIT_CHAINS", 1, minimum=1)
+
 # Grants
 
 PREFLIGHT_SIGNING_KEY_PATH = env_path("PREFLIGHT_SIGNING_KEY_PATH", VAR_DIR / "grant_signing_key.pem")

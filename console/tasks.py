@@ -36,6 +36,7 @@ from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
 from console import connectors, models, services
+from console.audit import audit_anchor
 from console.records import json_value, per_vendor, raw_reads, table
 
 logger = logging.getLogger(__name__)
@@ -388,6 +389,7 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "sent": lookups_resend(),
         "retried": holds_retry(now),
         "reconciled": services.runs_reconcile(now=now),
+        "anchored": audit_anchor() if settings.PREFLIGHT_AUDIT_CHAINS > 1 else 0,
     }
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 import pytest
 from console_helpers import TRANSFER, Agent, Downstream, transfer_request
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
 
-from console import models, services
+from console import models, services, tasks
 from console.audit import GENESIS, audit_append, audit_batch
 from preflight.canonical import digest
 
@@ -239,3 +240,55 @@ def test_without_pipelining_appends_go_one_statement_after_another_and_link_the_
         assert models.AuditEvent.objects.count() == 2
 
     assert "audit chain ok" in verify()
+
+
+# ---- several chains (settings.PREFLIGHT_AUDIT_CHAINS) ------------------------------------------------
+
+
+def _sharded_history(executions: int = 12) -> list[str]:
+    """Appends for several executions and none, as concurrent actions would make them."""
+    ids = [str(uuid.UUID(int=n * 7919 + 1)) for n in range(executions)]
+    for i, execution_id in enumerate(ids):
+        with transaction.atomic(), audit_batch():
+            audit_append(kind="preflight", execution_id=execution_id, body={"i": i})
+            audit_append(kind="grant", execution_id=execution_id, body={"i": i})
+    services.measure_create(name="m", kind="python", actor="test")  # no execution: chain 0
+    return ids
+
+
+def test_with_several_chains_each_executions_events_stay_in_one_chain_and_all_verify(settings: Any) -> None:
+    settings.PREFLIGHT_AUDIT_CHAINS = 4
+    ids = _sharded_history()
+
+    chains = {
+        e: set(models.AuditEvent.objects.filter(execution_id=e).values_list("chain", flat=True)) for e in ids
+    }
+    assert all(len(c) == 1 for c in chains.values())
+    assert {c for (c,) in chains.values()} == {0, 1, 2, 3}
+    for chain in range(4):  # each chain numbers its own links from 1
+        links = models.AuditEvent.objects.filter(chain=chain).order_by("seq")
+        seqs = list(links.values_list("seq", flat=True))
+        assert seqs == list(range(1, len(seqs) + 1))
+    assert tasks.sweep()["anchored"] == 3
+    assert "audit chain ok: 26 events" in verify()
+
+
+def test_with_several_chains_the_first_broken_link_is_named_with_its_chain(settings: Any) -> None:
+    settings.PREFLIGHT_AUDIT_CHAINS = 4
+    _sharded_history()
+    models.AuditEvent.objects.filter(chain=2, seq=3).update(body={"i": "edited"})
+
+    with pytest.raises(CommandError, match=r"audit chain 2 broken at seq 3: .*edited"):
+        verify()
+
+
+def test_a_chain_cut_short_below_its_anchored_head_is_found(settings: Any) -> None:
+    settings.PREFLIGHT_AUDIT_CHAINS = 4
+    _sharded_history()
+    tasks.sweep()  # anchors every chain's head in chain 0
+    last = models.AuditEvent.objects.filter(chain=3).order_by("-seq").first()
+    assert last is not None
+    models.AuditEvent.objects.filter(pk=last.pk).delete()  # the tail of chain 3: its own links still agree
+
+    with pytest.raises(CommandError, match=rf"audit chain 3 broken at seq {last.seq}: missing \(cut short\)"):
+        verify()
