@@ -17,7 +17,9 @@ verdict, run the grant. Each fault hits while flows are in flight. Per fault it 
   once the sweep reconciled it);
 - duplicates: ledger calls beyond one for an execution (a tool that ran twice);
 - 5xx: answers of 500 or more, 503 "database unavailable" included (nothing was recorded for those);
-- stuck: executions neither final nor clearly waiting at the end.
+- stuck: executions neither final nor clearly waiting at the end;
+- slowest answer: the longest any API call of an affected flow waited beyond its own work (a long poll's
+  wait and the tool's 1 s are taken off): how long a web worker was held.
 
 Settings are the shipped defaults except PREFLIGHT_RUN_LOST_AFTER_S=10 (so the sweep reconciles a run whose
 outcome could not be written within this bench) and a 1 s balance lookup (so lookups are in flight).
@@ -255,6 +257,7 @@ class Flow:
     verdict: str | None = None
     outcome: str | None = None
     ran_2xx: bool = False
+    slowest_s: float = 0.0  # the slowest answer this flow got (any call)
 
 
 class Agents:
@@ -275,6 +278,8 @@ class Agents:
             method=method,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
+        started = time.monotonic()
+        wait = 2.0 if "wait=" in path else 0.0  # a long poll's own wait is not slowness
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
                 flow.statuses.append(answer.status)
@@ -285,6 +290,9 @@ class Agents:
         except OSError:
             flow.statuses.append(0)  # no answer at all (connection refused, timeout)
             return None
+        finally:
+            took = time.monotonic() - started - (TOOL_S if path.endswith("/run") else wait)
+            flow.slowest_s = max(flow.slowest_s, took)
 
     def one(self) -> None:
         with self.lock:
@@ -437,6 +445,7 @@ def run_fault(d: Deployment, agents: Agents, name: str) -> dict[str, Any]:
         "what": label,
         "recovery_s": round(last - fault_start, 1),
         "api_back_s": round(max(0.0, api_back), 1),
+        "slowest_answer_s": round(max((f.slowest_s for f in affected), default=0.0), 2),
         **result,
     }
 
@@ -468,6 +477,7 @@ def main() -> int:
         "fault",
         "recovery_s",
         "api_back_s",
+        "slowest_answer_s",
         "flows",
         "lost",
         "duplicates",
