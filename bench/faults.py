@@ -138,6 +138,7 @@ class Deployment:
             "PREFLIGHT_SIGNING_KEY_PATH": str(key),
             "PREFLIGHT_RUN_LOST_AFTER_S": "10",
             "PREFLIGHT_BENCH_LEDGER_URL": self.measures.url,
+            "PREFLIGHT_HTTP_ALLOW": "127.0.0.1",  # the loopback measure server
             "PREFLIGHT_LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
         }

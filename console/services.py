@@ -1390,13 +1390,11 @@ def execution_run(
     claim = _gate_claim(execution_id=execution_id, token=token, actor=actor)
     if isinstance(claim, _Refusal):
         raise Conflict(claim.code, claim.detail)
-    timeout = float(claim.connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S)
-    # A connector configured before the limit was checked still ends inside the web worker's timeout.
-    timeout = min(timeout, float(settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S))
+    connector, timeout = _run_timeouts(claim.connector)
     result: Any = None
     try:
         result = (call_tool or connectors.call_tool)(
-            claim.connector, claim.server, claim.tool, claim.payload, timeout_s=timeout
+            connector, claim.server, claim.tool, claim.payload, timeout_s=timeout
         )
         status, detail = "executed", ""
     except connectors.ToolCallFailed as exc:
@@ -1506,6 +1504,19 @@ def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refus
     return _Claim(
         grant.pk, dict(contract.server.connector), contract.server.name, contract.name, dict(payload)
     )
+
+
+def _run_timeouts(connector: Mapping[str, Any]) -> tuple[dict[str, Any], float]:
+    """The connector and call timeout a run uses: connecting (MCP) and calling together end inside
+    PREFLIGHT_TOOL_TIMEOUT_MAX_S, and so inside the web worker's timeout, whatever was configured before
+    that limit was checked; a run must answer, never be killed with its worker."""
+    limit = float(settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S)
+    timeout = min(float(connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S), limit)
+    fitted = dict(connector)
+    if fitted.get("kind") in ("mcp_stdio", "mcp_http"):
+        connect = float(fitted.get("connect_timeout_s") or max(timeout, connectors.CONNECT_TIMEOUT_FLOOR_S))
+        fitted["connect_timeout_s"] = min(connect, max(5.0, limit - timeout))
+    return fitted, timeout
 
 
 def _outcome_written(

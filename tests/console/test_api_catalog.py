@@ -198,14 +198,14 @@ def test_a_bad_measure_is_400_naming_the_field(
 
 
 def test_a_connector_timeout_that_cannot_fit_inside_the_web_workers_limit_is_refused(
-    quick_agent: Agent, settings: Any
+    quick_operator: Agent, settings: Any
 ) -> None:
     limit = settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S
     assert limit <= settings.PREFLIGHT_WEB_TIMEOUT_S - 8  # a real margin for the run's own writes
     too_long = {"kind": "python", "timeout_s": limit + 1}
 
-    refused = imported(quick_agent, [TRANSFER], connector=too_long)
-    fits = imported(quick_agent, [TRANSFER], connector={"kind": "python", "timeout_s": limit})
+    refused = imported(quick_operator, [TRANSFER], connector=too_long)
+    fits = imported(quick_operator, [TRANSFER], connector={"kind": "python", "timeout_s": limit})
 
     assert refused.status_code == 422
     assert refused.json()["error"] == "timeout_too_long"
@@ -215,11 +215,11 @@ def test_a_connector_timeout_that_cannot_fit_inside_the_web_workers_limit_is_ref
 
 
 def test_a_measure_timeout_beyond_the_lookup_tasks_limit_is_refused(
-    quick_agent: Agent, settings: Any
+    quick_operator: Agent, settings: Any
 ) -> None:
     body = {"name": "m", "kind": "python", "timeout_s": settings.PREFLIGHT_MEASURE_TIMEOUT_MAX_S + 1}
 
-    response = quick_agent.post("/api/v1/measures", body)
+    response = quick_operator.post("/api/v1/measures", body)
 
     assert response.status_code == 400
     assert response.json()["detail"].startswith("timeout_s")

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("console", "0007_reliability"),
+        ("console", "0008_reliability"),
     ]
 
     operations = [
