@@ -151,6 +151,7 @@ class Deployment:
                     "PREFLIGHT_SECRET_KEY",
                     "PREFLIGHT_SIGNING_KEY_PATH",
                     "PREFLIGHT_RUN_LOST_AFTER_S",
+                    "PREFLIGHT_HTTP_ALLOW",
                 )
             }
         )
