@@ -96,18 +96,35 @@ class SlotState:
         return out
 
 
+QuestionKind = Literal["value", "choice", "confirmation", "consent"]
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Question:
+    """`kind`: `value` (what should it be?), `choice` (which of these options?), `confirmation` (the user's
+    yes/no to one value, shown in `shows`) or `consent` (the user's yes/no to the whole call, the payload
+    shown in words and in `shows`). A confirmation or consent is bound to `shows["digest"]`."""
+
     slot: str
     text: str
     schema: Mapping[str, Any]
     options: tuple[str, ...] = ()
+    kind: QuestionKind = "value"
+    shows: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"slot": self.slot, "text": self.text, "schema": dict(self.schema)}
+        kind = "choice" if self.kind == "value" and self.options else self.kind
+        out: dict[str, Any] = {
+            "slot": self.slot,
+            "kind": kind,
+            "text": self.text,
+            "schema": dict(self.schema),
+        }
         if self.options:
             out["options"] = list(self.options)
+        if self.shows is not None:
+            out["shows"] = dict(self.shows)
         return out
 
 
@@ -175,6 +192,9 @@ class Record:
     reasons: tuple[str, ...]  # why the verdict is what it is, in words
     evaluated_at: str
     timing_at: str | None = None
+    # The moment the first observation this record rests on goes stale (observed_at + max_age_s): a grant
+    # for it expires no later than this.
+    fresh_until: str | None = None
 
     def slot(self, key: str) -> SlotState:
         for s in self.slots:
@@ -205,6 +225,7 @@ class Record:
             "reasons": list(self.reasons),
             "evaluated_at": self.evaluated_at,
             "timing_at": self.timing_at,
+            "fresh_until": self.fresh_until,
         }
 
     def digest(self) -> str:
@@ -239,7 +260,7 @@ def _body_digest(body: dict[str, Any]) -> str:
             if pointer is not None and not written_as_is(pointer):
                 return digest(body)
     for question in body["questions"]:
-        if not written_as_is(question["schema"]):
+        if not written_as_is(question["schema"]) or not written_as_is(question.get("shows")):
             return digest(body)
     for measure in body["measures"]:
         if not written_as_is(measure["args"]):
