@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -25,6 +26,7 @@ from django.utils import timezone
 
 from console import connectors, egress, models, records
 from console.audit import audit_append, audit_batch
+from console.effect_locks import effect_lock
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from console.signing import signer, verification_keys
 from preflight import (
@@ -41,9 +43,11 @@ from preflight import (
 )
 from preflight.approvals import value_digest
 from preflight.canonical import canonical_json, digest
-from preflight.errors import ChecklistError, RequestError
+from preflight.confirmations import bound_answer, is_user_yes_key
+from preflight.errors import ChecklistError, ExpressionError, RequestError
 from preflight.grants import read_claims
-from preflight.request import parse_request
+from preflight.recheck import Recheck, recheck_failures, recheck_for
+from preflight.request import Observation, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -810,7 +814,7 @@ def execution_create(
 
 
 def _check_answer_key(execution: models.Execution, key: str) -> None:
-    if key in ANSWERABLE_FIXED or key.startswith("branch:"):
+    if key in ANSWERABLE_FIXED or key.startswith("branch:") or is_user_yes_key(key):
         return
     if key.startswith("arg:"):
         if execution.contract is None:
@@ -840,6 +844,7 @@ def execution_answer(
         raise Conflict("already_ran", "this execution already ran; submit a new one")
     for key in answers:
         _check_answer_key(execution, key)
+    answers = _bind_user_yes(execution, answers, channel=channel)
     for key in remember:
         if key not in answers:
             raise BadInput("invalid", f"remember: {key} is not among the answers")
@@ -876,6 +881,43 @@ def execution_answer(
         for key in remember:
             _preset_put(execution, tool, key, answers[key], answered_by)
     return _preflight_and_record(execution, trigger="answer")
+
+
+def _bind_user_yes(
+    execution: models.Execution, answers: Mapping[str, Any], *, channel: str
+) -> Mapping[str, Any]:
+    """Answers to confirmation and consent questions, bound to the digest the question showed.
+
+    Only the requesting user's channel may give them (the agent relays the user's words): a reviewer's yes
+    is an approval, never the user's confirmation. A yes or no answers the question in the latest record, so
+    it binds to what that question showed, even when the same batch changes the value (the new value is then
+    asked again): a confirmation cannot be carried over to a value the user was not shown. An answer may
+    instead name the digest it was given for ({"yes": true, "digest": ...}), which must be the one shown."""
+    keys = [k for k in answers if is_user_yes_key(k)]
+    if not keys:
+        return answers
+    if channel != "agent":
+        raise Unprocessable(
+            "not_answerable", f"{keys[0]}: only the requesting user confirms or consents; approve instead"
+        )
+    shown = {
+        q["slot"]: q.get("shows") or {}
+        for q in records.latest_record(execution).record.get("questions") or []
+        if q.get("kind") in ("confirmation", "consent")
+    }
+    bound = dict(answers)
+    for key in keys:
+        if key not in shown or not isinstance(shown[key].get("digest"), str):
+            raise Conflict("not_asked", f"{key}: no question awaits this yes or no; read the latest record")
+        answer, current = answers[key], shown[key]["digest"]
+        if isinstance(answer, Mapping) and set(answer) == {"yes", "digest"}:
+            if answer["digest"] != current:
+                raise Conflict("stale_value", f"{key}: the question now shows another value; read it again")
+            answer = answer["yes"]
+        if not isinstance(answer, bool):
+            raise Unprocessable("invalid_answer", f"{key}: answer true (yes) or false (no)")
+        bound[key] = bound_answer(answer, current)
+    return bound
 
 
 def _preset_put(execution: models.Execution, tool: str, key: str, value: Any, who: str) -> None:
@@ -1130,6 +1172,11 @@ def approval_create(
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
     latest = records.latest_record(execution)
+    if is_user_yes_key(slot_key):
+        raise Conflict("not_approvable", f"{slot_key}: the requesting user's to answer, not an approver's")
+    editor = records.editor_of(latest.record, slot_key)
+    if editor == f"user:{approver.get_username()}":
+        raise Conflict("four_eyes", f"{slot_key}: you edited this value; another approver has to approve it")
     approvable, value = records.approval_value(latest.record, slot_key)
     if not approvable:
         raise Conflict("not_approvable", f"{slot_key}: nothing awaits approval in the latest record")
@@ -1156,6 +1203,12 @@ def approval_create(
 # ---- grants and the execution gate -------------------------------------------------------------------
 
 
+def _fresh_until(record: Mapping[str, Any]) -> datetime | None:
+    """When the first observation the record rests on goes stale: its grant expires no later."""
+    raw = record.get("fresh_until")
+    return datetime.fromisoformat(raw) if isinstance(raw, str) else None
+
+
 def _issue_grant(
     execution: models.Execution, stored: models.PreflightRecord, *, ids: bool = True
 ) -> models.Grant:
@@ -1172,6 +1225,7 @@ def _issue_grant(
         checklist_version=stored.checklist_version,
         now=_now(),
         ttl_s=settings.PREFLIGHT_GRANT_TTL_S,
+        not_after=_fresh_until(record),
     )
     grant = models.Grant(
         execution=execution,
@@ -1198,15 +1252,20 @@ def _issue_grant(
 
 
 @transaction.atomic
-def grant_issue(*, execution_id: Any) -> models.Grant:
+def grant_issue(*, execution_id: Any) -> models.Grant | None:
     """A grant for the latest record, which must say `execute`. Preflights issue one themselves; this is for
-    a caller whose grant expired unused and whose record still stands."""
+    a caller whose grant expired unused and whose record still stands. A record whose observations have gone
+    stale no longer stands: it is preflighted again (its lookups run again) and None is returned."""
     execution = _lock_execution(execution_id)
     latest = records.latest_record(execution)
     if latest.verdict != "execute":
         raise Conflict("not_executable", f"the latest verdict is {latest.verdict}, not execute")
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
+    stale_at = _fresh_until(latest.record)
+    if stale_at is not None and stale_at <= _now():
+        _preflight_and_record(execution, trigger="stale")
+        return None
     return _issue_grant(execution, latest)
 
 
@@ -1233,8 +1292,14 @@ class _Refusal:
 
 
 def execution_run(*, execution_id: Any, token: str, actor: str) -> RunOutcome:
-    """The gate: only a grant issued for exactly this call runs it, once. Never retried."""
-    claim = _gate_claim(execution_id=execution_id, token=token, actor=actor)
+    """The gate: only a grant issued for exactly this call runs it, once. Never retried. A contract that
+    declares re-checks has them measured again under its effect key's lock, held until the outcome is in."""
+    with _effect_guard(execution_id=execution_id, token=token) as rechecked:
+        return _execution_run(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
+
+
+def _execution_run(*, execution_id: Any, token: str, actor: str, rechecked: _Rechecked | None) -> RunOutcome:
+    claim = _gate_claim(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
     if isinstance(claim, _Refusal):
         raise Conflict(claim.code, claim.detail)
     timeout = float(claim.connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S)
@@ -1272,7 +1337,9 @@ def json_safe(value: Any) -> Any:
 
 
 @transaction.atomic
-def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refusal:
+def _gate_claim(
+    *, execution_id: Any, token: str, actor: str, rechecked: _Rechecked | None = None
+) -> _Claim | _Refusal:
     # The execution row lock serializes every attempt on one execution; the conditional UPDATE below is
     # what makes a nonce single-use even without it.
     execution = _lock_execution(execution_id)
@@ -1332,6 +1399,9 @@ def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refus
         or claims.record_digest != stored.record_digest
     ):
         return refuse("denied", "grant_mismatch", "the record this grant names was altered")
+    gone = _gate_recheck(execution, contract, stored, rechecked, now)
+    if gone is not None:
+        return refuse("denied", gone.code, gone.detail)
     if _has_run(execution):
         return refuse("denied", "grant_used", "this execution already ran")
     consumed = models.Grant.objects.filter(pk=grant.pk, used_at__isnull=True).update(used_at=now)
@@ -1351,6 +1421,155 @@ def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refus
     return _Claim(
         grant.pk, dict(contract.server.connector), contract.server.name, contract.name, dict(payload)
     )
+
+
+# ---- the gate re-checks what a grant rests on ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Rechecked:
+    """What the gate measured again, under the effect key's lock, before deciding (None: nothing to)."""
+
+    recheck: Recheck | None
+    observations: Mapping[str, Observation]
+    error: str | None = None  # the effect key has no value for this payload
+
+
+@contextmanager
+def _effect_guard(*, execution_id: Any, token: str) -> Iterator[_Rechecked | None]:
+    """Take the effect key's lock and measure the re-checked conditions again, for a grant whose signature
+    and expiry hold (anything else is refused by `_gate_claim` without a lookup, so a forged token never makes
+    the gate call a measure). The key comes from the grant's own record, which never changes."""
+    try:
+        claims = read_claims(token)
+        verify_grant(
+            token,
+            keys=verification_keys(),
+            expect=GrantExpectation(**{f.name: getattr(claims, f.name) for f in fields(GrantExpectation)}),
+            now=_now(),
+        )
+        grant = (
+            models.Grant.objects.select_related("record__contract__server")
+            .filter(execution_id=execution_id, nonce=claims.nonce)
+            .first()
+        )
+    except (GrantError, ValidationError, ValueError):
+        grant = None
+    if grant is None or grant.record.contract is None or grant.record.record.get("payload") is None:
+        yield None
+        return
+    stored = grant.record
+    payload = stored.record["payload"]
+    try:
+        recheck = recheck_for(records.engine_contract(stored.contract), payload, principal=claims.principal)
+    except ExpressionError as exc:
+        yield _Rechecked(None, {}, f"the effect key has no value for this payload: {exc.reason}")
+        return
+    if recheck is None:
+        yield _Rechecked(None, {})
+        return
+    # The holder's call is bounded by the tool timeout; wait a little longer than that for it.
+    wait_s = float(settings.PREFLIGHT_TOOL_TIMEOUT_S) * 2 + 5
+    with effect_lock(recheck.key, timeout_s=wait_s):
+        yield _Rechecked(recheck, _measure_again(recheck))
+
+
+def _measure_again(recheck: Recheck) -> dict[str, Observation]:
+    """Run the re-checked lookups now, in parallel; a failure is an error observation (it refuses)."""
+    specs = {
+        m.name: m.as_connector_spec()
+        for m in models.Measure.objects.filter(name__in=[r.lookup for r in recheck.lookups])
+    }
+    started = []
+    for request in recheck.lookups:
+        spec = specs.get(request.lookup)
+        if spec is None:
+            failed = connectors.MeasureFailed(f"no measure is registered as {request.lookup!r}")
+            started.append((request, connectors.StartedMeasure("", failed=failed)))
+        else:
+            started.append((request, connectors.start_measure(spec, request.args)))
+    out = {}
+    for request, lookup in started:
+        try:
+            value, observed_at = lookup.result()
+            obs = Observation(request.measure, request.args_digest, observed_at, value=json_safe(value))
+        except Exception as exc:  # the lookup's own failure, of whatever kind: refused, never passed
+            obs = Observation(
+                request.measure, request.args_digest, _now(), error=str(exc) or type(exc).__name__
+            )
+        out[request.key] = obs
+    return out
+
+
+def _gate_recheck(
+    execution: models.Execution,
+    contract: models.ToolContract,
+    stored: models.PreflightRecord,
+    rechecked: _Rechecked | None,
+    now: datetime,
+) -> _Refusal | None:
+    """Refuse a grant whose ground has moved: the tool's contract is no longer the current one (a catalog
+    change voids grants), or a re-checked condition no longer holds (`state_changed`) or could not be
+    measured again (`recheck_failed`)."""
+    current = (
+        models.ToolContract.objects.filter(server_id=contract.server_id, name=contract.name, current=True)
+        .values_list("digest", flat=True)
+        .first()
+    )
+    if current != contract.digest:
+        return _Refusal(
+            "contract_changed",
+            "the tool's contract changed since this grant was issued"
+            + ("" if current else " (the tool left the catalog)")
+            + "; preflight again",
+        )
+    payload = stored.record["payload"]
+    try:
+        wanted = recheck_for(records.engine_contract(contract), payload, principal=execution.principal)
+    except ExpressionError as exc:
+        return _Refusal("recheck_failed", f"the effect key has no value for this payload: {exc.reason}")
+    if wanted is None:
+        return None
+    if rechecked is None or rechecked.recheck != wanted:
+        # Fail closed: a contract that asks for a re-check is never run without one.
+        detail = rechecked.error if rechecked is not None and rechecked.error else "the re-check did not run"
+        return _Refusal("recheck_failed", detail)
+    failures = recheck_failures(
+        wanted,
+        payload,
+        rechecked.observations,
+        principal=execution.principal,
+        environment=str(execution.request.get("environment") or ""),
+        now=now,
+    )
+    audit_append(
+        kind="recheck",
+        execution_id=execution.pk,
+        body={
+            "effect_key": wanted.key,
+            "observed": [
+                {
+                    "key": key,
+                    "observed_at": obs.observed_at.isoformat(),
+                    "value_digest": None if obs.error else value_digest(obs.value),
+                    "error": obs.error,
+                }
+                for key, obs in sorted(rechecked.observations.items())
+            ],
+            "failures": [
+                {"condition": f.condition, "reason": f.reason, "detail": f.detail} for f in failures
+            ],
+        },
+    )
+    changed = [f for f in failures if f.reason == "false"]
+    if changed:
+        return _Refusal(
+            "state_changed",
+            "; ".join(f"{f.condition} no longer holds ({f.detail})" for f in changed) + "; preflight again",
+        )
+    if failures:
+        return _Refusal("recheck_failed", "; ".join(f"{f.condition}: {f.detail}" for f in failures))
+    return None
 
 
 @transaction.atomic
