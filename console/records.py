@@ -641,9 +641,9 @@ def approval_value(record: Mapping[str, Any], slot_key: str) -> tuple[bool, Any]
         if record.get("payload_valid") is not True:
             return False, None
         return True, record["payload_digest"]
-    if slot["status"] != "known":
+    if slot["status"] == "unknown":
         return False, None
-    return True, slot["value"]
+    return True, slot["value"]  # a null an approver set needs approving too (four eyes)
 
 
 # On an Execution instance: (record, grant) that services just wrote for it, so the answer to the call that

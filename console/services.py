@@ -844,7 +844,7 @@ def execution_answer(
         raise Conflict("already_ran", "this execution already ran; submit a new one")
     for key in answers:
         _check_answer_key(execution, key)
-    answers = _bind_user_yes(execution, answers, channel=channel)
+    answers = _bind_user_yes(execution, answers, channel=channel, remember=remember)
     for key in remember:
         if key not in answers:
             raise BadInput("invalid", f"remember: {key} is not among the answers")
@@ -884,7 +884,7 @@ def execution_answer(
 
 
 def _bind_user_yes(
-    execution: models.Execution, answers: Mapping[str, Any], *, channel: str
+    execution: models.Execution, answers: Mapping[str, Any], *, channel: str, remember: Sequence[str] = ()
 ) -> Mapping[str, Any]:
     """Answers to confirmation and consent questions, bound to the digest the question showed.
 
@@ -900,9 +900,21 @@ def _bind_user_yes(
         raise Unprocessable(
             "not_answerable", f"{keys[0]}: only the requesting user confirms or consents; approve instead"
         )
+    for key in remember:
+        if is_user_yes_key(key):
+            raise Unprocessable(
+                "not_answerable", f"remember: {key}: a yes or no is given each time, never kept"
+            )
+    latest = records.latest_record(execution).record
+    # An open question, or a yes/no already given (the user may change their mind before the call runs).
     shown = {
+        s["key"]: {"digest": (s.get("pointer") or {}).get("digest")}
+        for s in latest.get("slots") or []
+        if is_user_yes_key(s["key"]) and s.get("status") == "known"
+    }
+    shown |= {
         q["slot"]: q.get("shows") or {}
-        for q in records.latest_record(execution).record.get("questions") or []
+        for q in latest.get("questions") or []
         if q.get("kind") in ("confirmation", "consent")
     }
     bound = dict(answers)
@@ -1523,9 +1535,15 @@ def _gate_recheck(
             + ("" if current else " (the tool left the catalog)")
             + "; preflight again",
         )
+    engine_contract = records.engine_contract(contract)
+    if compile_plan(engine_contract, records.active_rules()).checklist_version != stored.checklist_version:
+        # The user/org rules the call was checked against are part of what it was granted under.
+        return _Refusal(
+            "contract_changed", "the rules this grant was checked against changed; preflight again"
+        )
     payload = stored.record["payload"]
     try:
-        wanted = recheck_for(records.engine_contract(contract), payload, principal=execution.principal)
+        wanted = recheck_for(engine_contract, payload, principal=execution.principal)
     except ExpressionError as exc:
         return _Refusal("recheck_failed", f"the effect key has no value for this payload: {exc.reason}")
     if wanted is None:

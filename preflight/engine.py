@@ -443,7 +443,7 @@ class _Run:
         self.slots.append(slot)
         if slot.status == "unknown":
             self.unknown.append(slot)
-        elif slot.approval is not None and slot.approval != "approved" and slot.status == "known":
+        elif slot.approval is not None and slot.approval != "approved":
             self.confirms.append(slot)
         if slot.gap is not None:
             self.gaps.append(Gap(slot.gap, slot.key, slot.detail or slot.label))
@@ -1127,7 +1127,8 @@ class _Run:
         """An approver's approval a settled value needs: by contract (`confirm: {"by": "approver"}`), or
         because an approver edited it (four eyes: then the editor's own approval does not count)."""
         editor = self.editor(res)
-        if res.status != "known" or not (approve or editor is not None):
+        # An approver's edit to null (leaving an argument out) is an edit like any other.
+        if res.status == "unknown" or not ((approve and res.status == "known") or editor is not None):
             return None
         state = approval_state(self.evidence.approvals, key, res.value, excluding=editor)
         return "approved" if state == "approved" else "void" if state == "void" else "required"

@@ -220,7 +220,7 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
         row.spans = " ".join(f"{t}:{a}:{b}" for t, a, b in spans)
         row.first_span = spans[0]
 
-    if row.approval in ("required", "void") and status == "known" and not key.startswith("approval:"):
+    if row.approval in ("required", "void") and status != "unknown" and not key.startswith("approval:"):
         row.approvable = ctx.can_approve
         row.value_digest = value_digest(s.get("value"))
     if row.approval == "approved":

@@ -230,3 +230,36 @@ def test_a_value_an_approver_edited_waits_for_another_approver(agent: Agent, ban
     assert after["verdict"] == "execute", after["reasons"]
     assert after["payload"]["amount"] == 110
     assert bank.calls == []
+
+
+def test_the_user_may_say_yes_after_a_no_to_the_same_value(agent: Agent, confirming: Downstream) -> None:
+    record = submit(agent)
+    answer(agent, record, {CONFIRM_TO: False})
+
+    after = answer(agent, record, {CONFIRM_TO: True}).json()
+
+    assert after["verdict"] == "execute", after["reasons"]
+
+
+def test_the_user_may_withdraw_a_yes_before_the_call_runs(agent: Agent, confirming: Downstream) -> None:
+    record = submit(agent)
+    granted = answer(agent, record, {CONFIRM_TO: True}).json()
+
+    withdrawn = answer(agent, record, {CONFIRM_TO: False}).json()
+    response = agent.post(f"/api/v1/executions/{record['id']}/run", {"grant": granted["grant"]})
+
+    assert withdrawn["verdict"] == "block"
+    assert response.status_code == 409 and response.json()["error"] == "grant_superseded"
+    assert confirming.calls == []
+
+
+def test_a_yes_is_never_remembered(agent: Agent, confirming: Downstream) -> None:
+    record = submit(agent)
+
+    response = agent.post(
+        f"/api/v1/executions/{record['id']}/answers",
+        {"answers": {CONFIRM_TO: True}, "remember": [CONFIRM_TO]},
+    )
+
+    assert response.status_code == 422 and response.json()["error"] == "not_answerable"
+    assert not models.Preset.objects.exists() and not models.Answer.objects.exists()

@@ -136,6 +136,19 @@ def test_a_tool_removed_from_the_catalog_voids_its_grants(agent: Agent, bank: Do
     assert bank.calls == []
 
 
+def test_a_rules_change_voids_a_grant_checked_against_the_old_rules(agent: Agent, bank: Downstream) -> None:
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+    assert record["verdict"] == "execute", record["reasons"]
+    rule = {"id": "limit", "kind": "condition", "check": "arg.amount <= 100", "on_false": "hold"}
+    services.ruleset_create(data={"id": "acme", "version": "1", "rules": [rule]}, actor="test")
+
+    response = run(agent, record)
+
+    assert_refused(response, "contract_changed")
+    assert "rules" in response.json()["detail"]
+    assert bank.calls == []
+
+
 def test_a_re_import_of_the_same_contract_leaves_grants_standing(agent: Agent, bank: Downstream) -> None:
     from console_helpers import TRANSFER
 

@@ -401,3 +401,15 @@ def test_a_record_that_reads_no_observation_has_no_freshness_limit(alice: Said) 
 
     assert record.verdict == "execute", record.reasons
     assert record.fresh_until is None
+
+
+def test_an_approver_leaving_an_argument_out_needs_another_approvers_approval(
+    grounded: ExecutionRequest,
+) -> None:
+    edited = {"arg:memo": Answer(None, "user:carol", "a1")}
+
+    record = run(tool(), grounded, evidence(grounded, answers={**edited, **confirm()}))
+
+    assert record.slot("arg:memo").status == "null"
+    assert record.slot("arg:memo").approval == "required"
+    assert record.verdict == "hold"
