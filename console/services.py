@@ -54,6 +54,10 @@ logger = logging.getLogger(__name__)
 # A lookup that keeps answering with values already too old would otherwise be dispatched forever.
 MAX_LOOKUPS_PER_KEY = 3
 ANSWERABLE_FIXED = frozenset({"fixed:tool", "fixed:timing", "fixed:action_name"})
+# The channels that carry the requesting user's own words (the agent API relays them): only these give a
+# confirmation or consent. A reviewer's channel never does.
+USER_CHANNELS = frozenset({"agent"})
+EFFECT_LOCK_MARGIN_S = 5.0  # how much longer than two tool timeouts a run waits for its effect key's lock
 
 
 def _now() -> datetime:
@@ -896,7 +900,7 @@ def _bind_user_yes(
     keys = [k for k in answers if is_user_yes_key(k)]
     if not keys:
         return answers
-    if channel != "agent":
+    if channel not in USER_CHANNELS:
         raise Unprocessable(
             "not_answerable", f"{keys[0]}: only the requesting user confirms or consents; approve instead"
         )
@@ -1306,8 +1310,25 @@ class _Refusal:
 def execution_run(*, execution_id: Any, token: str, actor: str) -> RunOutcome:
     """The gate: only a grant issued for exactly this call runs it, once. Never retried. A contract that
     declares re-checks has them measured again under its effect key's lock, held until the outcome is in."""
-    with _effect_guard(execution_id=execution_id, token=token) as rechecked:
-        return _execution_run(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
+    try:
+        with _effect_guard(execution_id=execution_id, token=token) as rechecked:
+            return _execution_run(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
+    except Conflict as exc:
+        if exc.code == "effect_busy":
+            _record_busy(execution_id=execution_id, detail=exc.detail, actor=actor)
+        raise
+
+
+@transaction.atomic
+def _record_busy(*, execution_id: Any, detail: str, actor: str) -> None:
+    # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
+    execution = _lock_execution(execution_id)
+    models.Outcome.objects.create(execution=execution, status="denied", detail=f"effect_busy: {detail}")
+    audit_append(
+        kind="outcome",
+        execution_id=execution.pk,
+        body={"status": "denied", "code": "effect_busy", "detail": detail, "grant": None, "actor": actor},
+    )
 
 
 def _execution_run(*, execution_id: Any, token: str, actor: str, rechecked: _Rechecked | None) -> RunOutcome:
@@ -1480,8 +1501,8 @@ def _effect_guard(*, execution_id: Any, token: str) -> Iterator[_Rechecked | Non
     if recheck is None:
         yield _Rechecked(None, {})
         return
-    # The holder's call is bounded by the tool timeout; wait a little longer than that for it.
-    wait_s = float(settings.PREFLIGHT_TOOL_TIMEOUT_S) * 2 + 5
+    # The holder's lookups and call are bounded by their timeouts; wait a little longer than that for it.
+    wait_s = float(settings.PREFLIGHT_TOOL_TIMEOUT_S) * 2 + EFFECT_LOCK_MARGIN_S
     with effect_lock(recheck.key, timeout_s=wait_s):
         yield _Rechecked(recheck, _measure_again(recheck))
 

@@ -15,7 +15,7 @@ from console_helpers import GET_BALANCE, Agent, Downstream, make_agent, said, tr
 from django.db import connections
 from rest_framework.test import APIClient
 
-from console import connectors, models, services
+from console import connectors, effect_locks, models, services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -272,8 +272,42 @@ def test_a_forged_grant_never_makes_the_gate_look_anything_up(shop: Shop) -> Non
     lookups = shop.lookups
     prefix, claims, signature = record["grant"].split(".")
 
-    response = run(agent.client, record, f"{prefix}.{claims}.{signature[:-2]}AA")
+    flipped = signature[:10] + ("B" if signature[10] != "B" else "C") + signature[11:]
 
-    assert response.status_code == 409
+    response = run(agent.client, record, f"{prefix}.{claims}.{flipped}")
+
+    assert response.status_code == 409 and response.json()["error"] == "grant_bad_signature", response.json()
     assert shop.lookups == lookups
     assert shop.calls == []
+
+
+def test_a_run_that_cannot_take_its_effect_keys_lock_is_refused_and_recorded(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    agent = make_agent()
+    record = exchange_granted(agent.client)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        try:
+            with effect_locks.effect_lock("shop/order:W1", timeout_s=5):
+                held.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+    settings.PREFLIGHT_TOOL_TIMEOUT_S = 0.05
+    monkeypatch.setattr(services, "EFFECT_LOCK_MARGIN_S", 0.1)  # so it waits 0.2 s for the lock
+    try:
+        response = run(agent.client, record)
+    finally:
+        release.set()
+        holder.join(10)
+
+    assert_refused(response, "effect_busy")
+    assert shop.calls == []
+    assert models.Outcome.objects.get(execution_id=record["id"]).detail.startswith("effect_busy")
