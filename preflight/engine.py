@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1203,9 +1204,10 @@ class _Run:
         bound = value_digest(value)
         key = CONFIRM_PREFIX + slot_key
         shown = _words(value)
+        # Only our words are sanitized (no tool names); the value is shown exactly as it would be sent.
         question = Question(
             key,
-            self.sanitize(f"Please confirm the {label}: {shown}. Is that right?"),
+            self.sanitize(f"Please confirm the {label}: ") + shown + ". Is that right?",
             {"type": "boolean"},
             kind="confirmation",
             shows={"slot": slot_key, "value": value, "digest": bound},
@@ -1247,7 +1249,7 @@ class _Run:
         words = self.payload_words(payload)
         question = Question(
             CONSENT_KEY,
-            self.sanitize(" ".join(texts) + " " + words + " Shall this be done?"),
+            self.sanitize(" ".join(texts)) + " " + words + " Shall this be done?",
             {"type": "boolean"},
             kind="consent",
             shows={"payload": dict(payload), "digest": payload_digest, "words": words},
@@ -1260,9 +1262,9 @@ class _Run:
         for path, value in _flatten(payload):
             info = self.plan.props.get(path)
             label = info.label if info is not None else path.replace("_", " ").replace(".", " ")
-            parts.append(f"{label}: {_words(value)}")
+            parts.append(f"{self.sanitize(label)}: {_words(value)}")
         change = self.contract.extension.state_change
-        head = f"This will do the following ({change})." if change else "This will be done."
+        head = self.sanitize(f"This will do the following ({change}).") if change else "This will be done."
         return f"{head} " + "; ".join(parts) + "." if parts else head
 
     # ---- payload and verdict ---------------------------------------------------------------------
@@ -1487,10 +1489,17 @@ def _responsible(
 
 
 def _words(value: Any) -> str:
-    """A value as the user reads it: text in quotes, everything else as JSON (exactly, nothing rounded)."""
-    if isinstance(value, str):
-        return f'"{value}"'
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    """A value as the user reads it: JSON, exactly (nothing rounded, quotes and newlines escaped), with every
+    character that does not show itself (controls, format characters such as bidi overrides and zero-width
+    joiners, separators other than a space) spelled as an escape, so what the user says yes to is what they
+    see."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return "".join(
+        f"\\u{ord(c):04x}" if c != " " and unicodedata.category(c) in _UNSEEN else c for c in text
+    )
+
+
+_UNSEEN = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp", "Zs"})
 
 
 def _flatten(payload: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

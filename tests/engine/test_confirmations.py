@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from builders import NOW, Said, request, run, tool
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_engine import observed
 
 from preflight import Answer, Evidence, ExecutionRequest, approve
 from preflight.canonical import digest
-from preflight.confirmations import bound_answer, confirmation_answer, consent_answer
+from preflight.confirmations import bound_answer, bound_state, confirmation_answer, consent_answer
 from preflight.record import Record
 
 RECIPIENT = "DE0212030000"
@@ -413,3 +415,67 @@ def test_an_approver_leaving_an_argument_out_needs_another_approvers_approval(
     assert record.slot("arg:memo").status == "null"
     assert record.slot("arg:memo").approval == "required"
     assert record.verdict == "hold"
+
+
+# ---- properties ----------------------------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shown=JSON, answered=JSON, yes=st.booleans())
+def test_a_yes_or_no_holds_for_exactly_the_value_it_was_given_for(
+    shown: Any, answered: Any, yes: bool
+) -> None:
+    state = bound_state(confirmation_answer(answered, yes=yes), digest(shown))
+
+    if digest(shown) == digest(answered):
+        assert state == ("yes" if yes else "no")
+    else:
+        assert state == "void"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    recipient=st.text(alphabet="DE0123456789ABCXYZ \u202e\u200b", min_size=1, max_size=12), yes=st.booleans()
+)
+def test_only_the_recipient_the_user_confirmed_is_ever_sent(
+    grounded: ExecutionRequest, recipient: str, yes: bool
+) -> None:
+    answers = {**confirm(recipient, yes=yes), "arg:to_account": Answer(recipient, "user:alice", "a1")}
+    changed = {**confirm(RECIPIENT, yes=yes), "arg:to_account": Answer(recipient, "user:alice", "a1")}
+
+    confirmed = run(tool(), grounded, evidence(grounded, answers=answers))
+    replayed = run(tool(), grounded, evidence(grounded, answers=changed))
+
+    assert confirmed.verdict == ("execute" if yes else "block")
+    assert confirmed.payload is not None and confirmed.payload["to_account"] == recipient
+    if recipient != RECIPIENT:
+        assert replayed.verdict == "ask"
+        assert replayed.questions[0].shows == {
+            "slot": "arg:to_account",
+            "value": recipient,
+            "digest": digest(recipient),
+        }
+
+
+def test_a_value_is_shown_to_the_user_exactly_with_unseen_characters_spelled_out(alice: Said) -> None:
+    said = Said("Send 120 from DE11 to DE02\u202e1203 now")
+    req = request(
+        said,
+        {
+            "amount": (120, "120"),
+            "from_account": ("DE11", "DE11"),
+            "to_account": ("DE02\u202e1203", "DE02\u202e1203"),
+        },
+    )
+
+    record = run(tool(), req, evidence(req))
+
+    question = next(q for q in record.questions if q.kind == "confirmation")
+    assert "DE02\\u202e1203" in question.text and "\u202e" not in question.text
+    assert question.shows is not None and question.shows["value"] == "DE02\u202e1203"
