@@ -421,6 +421,12 @@ class _Run:
             res.error = True
             return None
         age = (self.now - obs.observed_at).total_seconds()
+        if age < -MAX_CLOCK_SKEW_S:
+            # A time ahead of ours would keep the value "fresh" for ever (and a grant on it alive): no answer.
+            detail = f"observed {-age:.0f}s in the future"
+            res.findings.append(Finding("observed", "error", _observation_json(obs), detail))
+            res.error = True
+            return None
         if age > spec.max_age_s:
             res.findings.append(
                 Finding(
@@ -1441,6 +1447,7 @@ class _Run:
 
 
 _BAD = object()
+MAX_CLOCK_SKEW_S = 30.0  # how far ahead of this clock an observation's time may be
 _YES_PREFIXES = (CONFIRM_PREFIX, CONSENT_KEY)
 # Findings are immutable, so the plain "nothing here" finding of each source is shared, not rebuilt.
 _NO_RESULT = {
@@ -1494,9 +1501,7 @@ def _words(value: Any) -> str:
     joiners, separators other than a space) spelled as an escape, so what the user says yes to is what they
     see."""
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return "".join(
-        f"\\u{ord(c):04x}" if c != " " and unicodedata.category(c) in _UNSEEN else c for c in text
-    )
+    return "".join(f"\\u{ord(c):04x}" if c != " " and unicodedata.category(c) in _UNSEEN else c for c in text)
 
 
 _UNSEEN = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp", "Zs"})

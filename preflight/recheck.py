@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from .canonical import digest
 from .contract import ConditionSpec, MeasureSpec, ToolContract
+from .engine import MAX_CLOCK_SKEW_S
 from .errors import ExpressionError
 from .expressions import evaluate, evaluate_key
 from .record import MeasureRequest
@@ -109,8 +110,11 @@ def recheck_failures(
             if obs is None or obs.error is not None:
                 problem = f"{name}: {obs.error if obs is not None else 'not measured'}"
                 break
-            if (now - obs.observed_at).total_seconds() > request.max_age_s:
-                problem = f"{name}: the fresh lookup answered with a value observed too long ago"
+            age = (now - obs.observed_at).total_seconds()
+            if age > request.max_age_s or age < -MAX_CLOCK_SKEW_S:
+                problem = (
+                    f"{name}: the lookup answered with a value observed at {obs.observed_at.isoformat()}"
+                )
                 break
             values[name] = obs.value
         if problem is not None:

@@ -479,3 +479,12 @@ def test_a_value_is_shown_to_the_user_exactly_with_unseen_characters_spelled_out
     question = next(q for q in record.questions if q.kind == "confirmation")
     assert "DE02\\u202e1203" in question.text and "\u202e" not in question.text
     assert question.shows is not None and question.shows["value"] == "DE02\u202e1203"
+
+
+def test_an_observation_from_the_future_is_an_error_not_fresh_for_ever(grounded: ExecutionRequest) -> None:
+    ahead = observed(grounded, 500, age_s=-3600)
+
+    record = run(tool(), grounded, Evidence(now=NOW, observations=ahead, answers=confirm()))
+
+    assert record.verdict == "hold" and record.fresh_until is None
+    assert record.slot("cond:balance_covers_amount").findings[-1].outcome == "error"

@@ -102,8 +102,9 @@ def test_a_condition_that_no_longer_holds_is_a_changed_state() -> None:
         lambda r: seen(r, error="timed out"),
         lambda r: seen(r, {"status": "delivered"}, age_s=31),
         lambda r: seen(r, "not an object"),
+        lambda r: seen(r, {"status": "delivered"}, age_s=-3600),
     ],
-    ids=["missing", "error", "stale", "odd value"],
+    ids=["missing", "error", "stale", "odd value", "from the future"],
 )
 def test_a_lookup_that_failed_is_missing_or_stale_fails_the_recheck_never_passes(
     found: Callable[[Recheck], dict[str, Observation]],
