@@ -4,16 +4,18 @@ approval is an approver's. Four eyes: a value an approver edited needs another a
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from builders import NOW, Said, request, run, tool
+from catalog_util import catalog_tools, catalogs_present, grounded_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_engine import observed
 
-from preflight import Answer, Evidence, ExecutionRequest, approve
+from preflight import Answer, Evidence, ExecutionRequest, approve, compile_plan, contract_from_mcp, preflight
 from preflight.canonical import digest
 from preflight.confirmations import bound_answer, bound_state, confirmation_answer, consent_answer
 from preflight.record import Record
@@ -488,3 +490,32 @@ def test_an_observation_from_the_future_is_an_error_not_fresh_for_ever(grounded:
 
     assert record.verdict == "hold" and record.fresh_until is None
     assert record.slot("cond:balance_covers_amount").findings[-1].outcome == "error"
+
+
+# ---- a real catalog: tau-bench's "explicit user confirmation (yes)" --------------------------------------
+
+
+@pytest.mark.skipif(not catalogs_present(), reason="the shared catalogs are not beside the repo")
+def test_tau_bench_explicit_user_confirmation_is_the_users_consent_to_the_exchange_as_shown() -> None:
+    tool = dict(next(t for server, t in catalog_tools() if t["name"] == "exchange_delivered_order_items"))
+    side_car = {
+        "state_change": "the order's items are exchanged; a delivered order is exchanged or returned once",
+        "prose_reviewed": True,
+        "consent": "Please confirm the exchange details (yes/no).",
+    }
+    plan = compile_plan(contract_from_mcp("retail", tool, extension=side_car))
+    grounded = grounded_request(tool)
+
+    asked = preflight(plan, grounded.request, grounded.evidence)
+    question = asked.questions[0]
+    assert asked.verdict == "ask" and question.kind == "consent"
+    assert question.shows is not None and question.shows["payload"] == grounded.expected_payload()
+    yes = Answer(consent_answer(grounded.expected_payload()), "user:alice", "k1")
+    done = preflight(
+        plan,
+        grounded.request,
+        replace(grounded.evidence, answers={**grounded.evidence.answers, "consent:call": yes}),
+    )
+
+    assert done.verdict == "execute", done.reasons
+    assert done.payload == grounded.expected_payload()

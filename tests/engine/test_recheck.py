@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from builders import NOW
+from catalog_util import catalog_tools, catalogs_present
 
 from preflight import ContractError, Observation, contract_from_mcp
 from preflight.errors import ExpressionError
@@ -135,3 +136,27 @@ def test_an_effect_key_without_a_string_value_for_the_payload_raises() -> None:
 
     with pytest.raises(ExpressionError, match="not a key"):
         recheck_for(contract, PAYLOAD, principal="user:alice")
+
+
+@pytest.mark.skipif(not catalogs_present(), reason="the shared catalogs are not beside the repo")
+def test_tau_bench_exchange_and_return_of_one_order_share_one_effect_key() -> None:
+    """ "For a delivered order, return or exchange can be only done once": both tools lock the order."""
+    tools = {t["name"]: t for _, t in catalog_tools() if t["name"].endswith("_delivered_order_items")}
+    side_car = {
+        "state_change": "a delivered order is exchanged or returned, once",
+        "prose_reviewed": True,
+        "effect_key": '"order:" + arg.order_id',
+        "measures": {"order": {"lookup": "retail.order", "args": {"id": "arg:order_id"}}},
+        "conditions": [
+            {"id": "delivered", "check": 'measure.order.status == "delivered"', "on_false": "hold"}
+        ],
+    }
+    payload = {"order_id": "#W0000000", "item_ids": ["1"], "new_item_ids": ["2"], "payment_method_id": "gift"}
+
+    keys = {
+        name: recheck_for(contract_from_mcp("retail", tool, extension=side_car), payload, principal="user:a")
+        for name, tool in tools.items()
+    }
+
+    assert set(keys) == {"exchange_delivered_order_items", "return_delivered_order_items"}
+    assert {r.key for r in keys.values() if r is not None} == {"retail/order:#W0000000"}
