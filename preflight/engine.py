@@ -461,6 +461,7 @@ class _Run:
             if read_only and ob.key != "fixed:tool":
                 continue  # trusted read-only tools pass without the intent part of the gate
             if ob.key == "fixed:tool":
+                chosen = self.chosen_by_approver()
                 self.add(
                     SlotState(
                         ob.key,
@@ -471,7 +472,9 @@ class _Run:
                         self.contract.identity,
                         source=self.tool_source,
                         pointer=_pointer_json(self.request.action_name),
+                        approval=self.value_approval(ob.key, chosen, approve=False) if chosen else None,
                         findings=(Finding(self.tool_source, "found", {"tool": self.contract.identity}),),
+                        detail=self.edit_detail(chosen) if chosen else None,
                     )
                 )
             elif ob.key == "fixed:action_name":
@@ -1121,6 +1124,15 @@ class _Run:
             return None
         by = res.pointer.get("by")
         return by if isinstance(by, str) and by != self.request.principal else None
+
+    def chosen_by_approver(self) -> _Resolution | None:
+        """The action, when an approver chose it among the candidate tools (four eyes, as for a value)."""
+        a = self.evidence.answers.get("fixed:tool")
+        if self.tool_source != "user_answer" or a is None or a.answered_by == self.request.principal:
+            return None
+        res = _Resolution(status="known", value=self.contract.identity, source="user_answer")
+        res.pointer = {"answer": a.id, "by": a.answered_by}
+        return res
 
     def edit_detail(self, res: _Resolution) -> str | None:
         editor = self.editor(res)

@@ -15,7 +15,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_engine import observed
 
-from preflight import Answer, Evidence, ExecutionRequest, approve, compile_plan, contract_from_mcp, preflight
+from preflight import (
+    Answer,
+    Evidence,
+    ExecutionRequest,
+    approve,
+    compile_plan,
+    contract_from_mcp,
+    preflight,
+    select_tool,
+)
 from preflight.canonical import digest
 from preflight.confirmations import bound_answer, bound_state, confirmation_answer, consent_answer
 from preflight.record import Record
@@ -519,3 +528,20 @@ def test_tau_bench_explicit_user_confirmation_is_the_users_consent_to_the_exchan
 
     assert done.verdict == "execute", done.reasons
     assert done.payload == grounded.expected_payload()
+
+
+def test_an_action_an_approver_chose_needs_another_approvers_approval(grounded: ExecutionRequest) -> None:
+    wire = tool(name="wire_funds")
+    wire["x-preflight"]["state_change"] = "money leaves by wire"
+    plans = [compile_plan(contract_from_mcp("bank", t)) for t in (tool(), wire)]
+    chosen = {"fixed:tool": Answer(0, "user:carol", "t1"), **confirm()}
+    evidence = Evidence(now=NOW, observations=observed(grounded, 500), answers=chosen)
+
+    plan = select_tool(plans, grounded, evidence)
+    assert not isinstance(plan, Record)
+    record = preflight(plan, grounded, evidence, tool_source="user_answer")
+    second = approve("fixed:tool", "bank/transfer_funds", approver="user:dave", at=NOW)
+    approved = preflight(plan, grounded, replace(evidence, approvals=(second,)), tool_source="user_answer")
+
+    assert record.verdict == "hold" and record.slot("fixed:tool").approval == "required"
+    assert approved.verdict == "execute", approved.reasons
