@@ -4,6 +4,8 @@ inside that transaction, so an action whose audit write fails does not happen.
 The one exception is `execution_run`: it commits the consumed nonce before calling the tool and records the
 outcome in a second transaction, because holding a transaction open across a downstream call would make
 every concurrent attempt wait on it, and a crash between the two leaves a consumed grant, never a re-run.
+For a contract that declares re-checks it holds its effect key's lock across both (`console.effect_locks`: a
+session advisory lock, not a transaction), so only runs that change the same thing wait for each other.
 """
 
 from __future__ import annotations

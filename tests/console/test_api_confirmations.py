@@ -116,6 +116,7 @@ def test_a_yes_to_a_question_that_was_not_asked_is_refused(agent: Agent, confirm
 
     assert response.status_code == 409 and response.json()["error"] == "not_asked"
     assert not models.Answer.objects.filter(execution_id=record["id"]).exists()
+    assert confirming.calls == []
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None, {"yes": True}, [True]])
@@ -128,6 +129,7 @@ def test_a_confirmation_that_is_not_a_yes_or_no_is_refused(
 
     assert response.status_code == 422 and response.json()["error"] == "invalid_answer"
     assert not models.Answer.objects.filter(execution_id=record["id"]).exists()
+    assert confirming.calls == []
 
 
 def test_the_users_no_is_recorded_and_the_call_does_not_run(agent: Agent, confirming: Downstream) -> None:
@@ -150,6 +152,7 @@ def test_a_reviewer_cannot_confirm_for_the_user(agent: Agent, confirming: Downst
             execution_id=record["id"], slot_key=CONFIRM_TO, value=True, reviewer=carol
         )
     assert not models.Answer.objects.filter(execution_id=record["id"]).exists()
+    assert confirming.calls == []
 
 
 def test_an_approver_cannot_approve_a_users_confirmation(agent: Agent, confirming: Downstream) -> None:
@@ -164,6 +167,7 @@ def test_an_approver_cannot_approve_a_users_confirmation(agent: Agent, confirmin
             approver=carol,
         )
     assert agent.get(f"/api/v1/executions/{record['id']}").json()["verdict"] == "ask"
+    assert not models.Approval.objects.exists() and confirming.calls == []
 
 
 # ---- consent ----------------------------------------------------------------------------------------------
@@ -263,3 +267,4 @@ def test_a_yes_is_never_remembered(agent: Agent, confirming: Downstream) -> None
 
     assert response.status_code == 422 and response.json()["error"] == "not_answerable"
     assert not models.Preset.objects.exists() and not models.Answer.objects.exists()
+    assert confirming.calls == []
