@@ -21,7 +21,7 @@ from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation, Rule, rules_
 from .confirmations import CONFIRM_PREFIX, CONSENT_KEY, bound_state
 from .contract import MeasureSpec, SlotConfig, ToolContract
 from .errors import ExpressionError
-from .expressions import Expression, evaluate
+from .expressions import Expression, evaluate, evaluate_key
 from .labels import Label
 from .pointers import Span, check_pointer
 from .record import Finding, Gap, GapClass, MeasureRequest, Question, Record, SlotState, Unmet
@@ -1274,6 +1274,44 @@ class _Run:
         )
         self.bound_slot(CONSENT_KEY, label, payload_digest, question, "the user declined the call as shown")
 
+    def effect_key(self, payload: Mapping[str, Any] | None) -> None:
+        """The lock the gate will take for this payload (`x-preflight.effect_key`), shown in the record; a key
+        with no value for it holds here rather than granting a call the gate would refuse."""
+        expr = self.contract.extension.effect_key
+        if expr is None or payload is None:
+            return
+        key, text = "cond:effect_key", "what this call changes, one run at a time"
+        try:
+            value = evaluate_key(expr, args=payload, principal=self.request.principal)
+        except ExpressionError as exc:
+            detail = f"the effect key has no value for these arguments: {exc.reason}"
+            finding = Finding("condition", "error", detail=exc.reason)
+            self.add(
+                SlotState(
+                    key,
+                    "condition",
+                    "provider",
+                    text,
+                    "unknown",
+                    route="hold",
+                    findings=(finding,),
+                    detail=detail,
+                )
+            )
+            return
+        self.add(
+            SlotState(
+                key,
+                "condition",
+                "provider",
+                text,
+                "known",
+                f"{self.contract.server}/{value}",
+                "condition",
+                findings=(Finding("condition", "found"),),
+            )
+        )
+
     def payload_words(self, payload: Mapping[str, Any]) -> str:
         """The call in words: what it changes, then every argument by its label. Never the tool's name."""
         parts = []
@@ -1380,6 +1418,7 @@ class _Run:
         full_digest = digest(payload) if payload is not None else None
         payload_digest = full_digest if valid else None
         self.consent(payload if valid else None, payload_digest)
+        self.effect_key(payload if valid else None)
         self.approvals(payload_digest)
         notices = self.plan.notices
         verdict = self.count(valid, errors)

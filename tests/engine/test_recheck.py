@@ -8,12 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from builders import NOW
+from builders import NOW, Said, request
 from catalog_util import catalog_tools, catalogs_present
 
-from preflight import ContractError, Observation, contract_from_mcp
+from preflight import ContractError, Evidence, Observation, compile_plan, contract_from_mcp, preflight
 from preflight.errors import ExpressionError
 from preflight.recheck import Recheck, RecheckFailure, recheck_failures, recheck_for
+from preflight.record import Record
 
 PAYLOAD = {"order_id": "W1", "item": "lamp"}
 
@@ -160,3 +161,31 @@ def test_tau_bench_exchange_and_return_of_one_order_share_one_effect_key() -> No
 
     assert set(keys) == {"exchange_delivered_order_items", "return_delivered_order_items"}
     assert {r.key for r in keys.values() if r is not None} == {"retail/order:#W0000000"}
+
+
+def preflighted(tool: dict[str, Any], values: dict[str, Any]) -> Record:
+    text = "Exchange " + " ".join(f"{v}" for v in values.values()) + " now"
+    said = Said(text)
+    req = request(said, {k: (v, str(v)) for k, v in values.items()}, action="Exchange")
+    return preflight(compile_plan(contract_from_mcp("shop", tool)), req, Evidence(now=NOW))
+
+
+def test_the_record_shows_the_effect_key_the_gate_will_lock() -> None:
+    tool = exchange(effect_key='"order:" + arg.order_id')
+    del tool["x-preflight"]["conditions"][0]  # nothing to measure: the record is complete at once
+
+    record = preflighted(tool, {"order_id": "W1", "item": "lamp"})
+
+    assert record.verdict == "execute", record.reasons
+    assert record.slot("cond:effect_key").value == "shop/order:W1"
+
+
+def test_an_effect_key_with_no_value_for_the_payload_holds_instead_of_granting() -> None:
+    tool = exchange(effect_key='"order:" + arg.note')
+    tool["inputSchema"]["properties"]["note"] = {"type": "string"}
+    del tool["x-preflight"]["conditions"][0]
+
+    record = preflighted(tool, {"order_id": "W1", "item": "lamp"})
+
+    assert record.verdict == "hold"
+    assert record.slot("cond:effect_key").route == "hold"
