@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from builders import NOW, Said, request, run, tool
@@ -108,12 +108,13 @@ def test_the_in_process_runner_settles_lookups_round_by_round(grounded: Executio
         calls.append(args)
         return 500
 
-    # The runner stamps observations with the real clock, so the evidence's clock is the real one too.
-    now = datetime.now(UTC)
     record, evidence = settle(
-        plan, grounded, Evidence(now=now, answers=confirmed_to()), {"bank.balance": balance}
+        plan, grounded, Evidence(now=NOW, answers=confirmed_to()), {"bank.balance": balance}
     )
     assert record.verdict == "execute"
+    # Observed on the evidence's clock, however far that is from the wall clock.
+    (observation,) = evidence.observations.values()
+    assert NOW <= observation.observed_at < NOW + timedelta(seconds=5)
     assert calls == [{"account": "DE11"}]
     assert len(evidence.observations) == 1
 
