@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from .canonical import digest
 from .contract import ConditionSpec, MeasureSpec, ToolContract
-from .engine import MAX_CLOCK_SKEW_S
+from .engine import MAX_CLOCK_SKEW_S, principal_id
 from .errors import ExpressionError
 from .expressions import evaluate, evaluate_key
 from .record import MeasureRequest
@@ -66,13 +66,18 @@ def recheck_for(contract: ToolContract, payload: Mapping[str, Any], *, principal
                 continue
             for name in measures if target == "*" else (target,):
                 names[name] = None
-    lookups = tuple(_lookup(measures[name], payload) for name in names)
+    lookups = tuple(_lookup(measures[name], payload, principal) for name in names)
     return Recheck(key, conditions, lookups)
 
 
-def _lookup(spec: MeasureSpec, payload: Mapping[str, Any]) -> MeasureRequest:
+def _lookup(spec: MeasureSpec, payload: Mapping[str, Any], principal: str) -> MeasureRequest:
+    # The arguments the preflight gave the lookup (`_Run.observe`), from the granted payload.
     args = {
-        k: _at(payload, v[4:]) if isinstance(v, str) and v.startswith("arg:") else v
+        k: _at(payload, v[4:])
+        if isinstance(v, str) and v.startswith("arg:")
+        else principal_id(principal)
+        if v == "principal"
+        else v
         for k, v in spec.args.items()
     }
     return MeasureRequest(spec.name, spec.lookup, args, digest(args), spec.max_age_s)
