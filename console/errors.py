@@ -22,5 +22,15 @@ class Unprocessable(ServiceError):
     """Well-formed input that cannot be acted on (422): a pointer out of range, a contract that is invalid."""
 
 
+class InvalidAnswer(Unprocessable):
+    """An answer its question's schema refuses (422 `invalid_answer`): it settled nothing. `slot` names the
+    question, `reason` says what the schema refuses."""
+
+    def __init__(self, slot: str, reason: str, code: str = "invalid_answer") -> None:
+        super().__init__(code, f"{slot}: {reason}")
+        self.slot = slot
+        self.reason = reason
+
+
 class Conflict(ServiceError):
     """The state of the execution does not allow this (409): a refused grant, a stale value, a used call."""

@@ -576,10 +576,14 @@ def presets_read(principal: str, tool: str) -> Read:
 
 def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:
     """Add what depends on the chosen tool: the principal's presets for it, and prior state."""
-    presets = {
-        key: Preset(json_value(value), f"preset-{pk}", consent=_consent_text(json_value(consent)))
-        for pk, key, value, consent in raw_rows(*presets_read(execution.principal, contract.identity))
-    }
+    presets = {}
+    for pk, key, value, consent in raw_rows(*presets_read(execution.principal, contract.identity)):
+        consent = json_value(consent)
+        if isinstance(consent, Mapping) and str(consent.get("execution")) == str(execution.pk):
+            # Made from an answer in this execution: the answer itself settles what it can, and its preset
+            # must not settle anything more here.
+            continue
+        presets[key] = Preset(json_value(value), f"preset-{pk}", consent=_consent_text(consent))
     prior: dict[str, PriorValue] = {}
     if any("prior_state" in cfg.sources for cfg in (contract.extension.slots or {}).values()):
         prior = _prior_state(execution, contract)

@@ -29,7 +29,7 @@ from django.utils import timezone
 from console import connectors, egress, models, records
 from console.audit import audit_append, audit_batch
 from console.effect_locks import effect_lock
-from console.errors import BadInput, Conflict, NotFound, Unprocessable
+from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, Unprocessable
 from console.signing import signer, verification_keys
 from preflight import (
     ContractError,
@@ -43,6 +43,7 @@ from preflight import (
     select_tool,
     verify_grant,
 )
+from preflight.answers import answer_problem, rememberable
 from preflight.approvals import value_digest
 from preflight.canonical import canonical_json, digest
 from preflight.confirmations import bound_answer, is_user_yes_key
@@ -825,16 +826,15 @@ def _check_answer_key(execution: models.Execution, key: str) -> None:
     if key.startswith("arg:"):
         if execution.contract is None:
             raise Unprocessable("unknown_slot", f"{key}: choose the action first (answer fixed:tool)")
-        plan = compile_plan(records.engine_contract(execution.contract))
-        if key[4:] not in plan.arguments:
-            raise Unprocessable("unknown_slot", f"{key}: the tool has no such argument")
+        if not key[4:] or "" in key[4:].split("."):
+            raise Unprocessable("unknown_slot", f"{key}: not an argument path")
+        # An argument the tool does not declare is answerable too: what the user states is never dropped;
+        # the preflight makes it a slot and the whole-payload validation decides whether the tool takes it.
         return
     # Conditions, approvals and rules are settled by code and by approvers, never by an answer.
     raise Unprocessable("not_answerable", f"{key}: this slot is not settled by an answer")
 
 
-@transaction.atomic
-@audit_batch()
 def execution_answer(
     *,
     execution_id: Any,
@@ -844,13 +844,70 @@ def execution_answer(
     actor: str,
     remember: Sequence[str] = (),
 ) -> models.PreflightRecord:
-    """Record the user's answers (remembered ones become presets, with consent) and preflight again."""
+    """Record the user's answers (remembered ones become presets, with consent) and preflight again.
+
+    Each answer is checked against its question's schema first: one it refuses raises InvalidAnswer
+    (`invalid_answer`, or `not_rememberable` for a remember the slot does not allow), and nothing is
+    settled; the refused attempt is still written to the audit chain (committed before the raise)."""
+    outcome = _execution_answer(
+        execution_id=execution_id,
+        answers=answers,
+        answered_by=answered_by,
+        channel=channel,
+        actor=actor,
+        remember=remember,
+    )
+    if isinstance(outcome, InvalidAnswer):
+        raise outcome
+    return outcome
+
+
+_YES_SCHEMA: Mapping[str, Any] = {"type": "boolean"}
+
+
+def _refused_answer(
+    execution: models.Execution, answers: Mapping[str, Any], remember: Sequence[str]
+) -> InvalidAnswer | None:
+    contract = execution.contract
+    plan = compile_plan(records.engine_contract(contract)) if contract is not None else None
+    asked: dict[str, Mapping[str, Any]] = {}
+    if execution.records:
+        for question in records.latest_record(execution).record.get("questions") or []:
+            asked[question["slot"]] = question["schema"]
+    for key, value in answers.items():
+        if is_user_yes_key(key):
+            # A yes/no is checked on the boolean the user gave (bare, or beside the digest it names), and
+            # against a boolean schema even when its question is not open now (a mind changed after a yes).
+            if isinstance(value, Mapping) and set(value) == {"yes", "digest"}:
+                value = value["yes"]
+            asked.setdefault(key, _YES_SCHEMA)
+        problem = answer_problem(plan, key, value, asked)
+        if problem is not None:
+            return InvalidAnswer(key, problem)
+    for key in remember:
+        if not rememberable(plan, key):
+            reason = "this slot does not take remembered values (its sources lack user_answer or preset)"
+            return InvalidAnswer(key, reason, code="not_rememberable")
+    return None
+
+
+@transaction.atomic
+@audit_batch()
+def _execution_answer(
+    *,
+    execution_id: Any,
+    answers: Mapping[str, Any],
+    answered_by: str,
+    channel: str,
+    actor: str,
+    remember: Sequence[str] = (),
+) -> models.PreflightRecord | InvalidAnswer:
     execution = _lock_execution(execution_id)
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran; submit a new one")
     for key in answers:
         _check_answer_key(execution, key)
-    answers = _bind_user_yes(execution, answers, channel=channel, remember=remember)
+    _check_user_yes(answers, channel=channel, remember=remember)
     for key in remember:
         if key not in answers:
             raise BadInput("invalid", f"remember: {key} is not among the answers")
@@ -858,6 +915,25 @@ def execution_answer(
         canonical_json(dict(answers))
     except TypeError as exc:
         raise BadInput("invalid", f"answers: {exc}") from None
+    # Checked as the user sent them (a yes/no is a boolean), then a yes/no is bound to what it was shown.
+    refused = _refused_answer(execution, answers, remember)
+    if refused is not None:
+        audit_append(
+            kind="answer_refused",
+            execution_id=execution.pk,
+            body={
+                "answered_by": answered_by,
+                "channel": channel,
+                "actor": actor,
+                "answers": {k: value_digest(v) for k, v in answers.items()},
+                "remember": list(remember),
+                "error": refused.code,
+                "slot": refused.slot,
+                "reason": refused.reason,
+            },
+        )
+        return refused
+    answers = _bind_user_yes(execution, answers)
     models.Answer.objects.bulk_create(
         models.Answer(
             execution=execution,
@@ -889,9 +965,22 @@ def execution_answer(
     return _preflight_and_record(execution, trigger="answer")
 
 
-def _bind_user_yes(
-    execution: models.Execution, answers: Mapping[str, Any], *, channel: str, remember: Sequence[str] = ()
-) -> Mapping[str, Any]:
+def _check_user_yes(answers: Mapping[str, Any], *, channel: str, remember: Sequence[str] = ()) -> None:
+    """Only the requesting user's channel gives a yes or no (the agent relays the user's words): a reviewer's
+    yes is an approval, never the user's confirmation. A yes or no is given each time, never remembered."""
+    keys = [k for k in answers if is_user_yes_key(k)]
+    if keys and channel not in USER_CHANNELS:
+        raise Unprocessable(
+            "not_answerable", f"{keys[0]}: only the requesting user confirms or consents; approve instead"
+        )
+    for key in remember:
+        if is_user_yes_key(key):
+            raise Unprocessable(
+                "not_answerable", f"remember: {key}: a yes or no is given each time, never kept"
+            )
+
+
+def _bind_user_yes(execution: models.Execution, answers: Mapping[str, Any]) -> Mapping[str, Any]:
     """Answers to confirmation and consent questions, bound to the digest the question showed.
 
     Only the requesting user's channel may give them (the agent relays the user's words): a reviewer's yes
@@ -902,15 +991,6 @@ def _bind_user_yes(
     keys = [k for k in answers if is_user_yes_key(k)]
     if not keys:
         return answers
-    if channel not in USER_CHANNELS:
-        raise Unprocessable(
-            "not_answerable", f"{keys[0]}: only the requesting user confirms or consents; approve instead"
-        )
-    for key in remember:
-        if is_user_yes_key(key):
-            raise Unprocessable(
-                "not_answerable", f"remember: {key}: a yes or no is given each time, never kept"
-            )
     latest = records.latest_record(execution).record
     # An open question, or a yes/no already given (the user may change their mind before the call runs).
     shown = {

@@ -20,14 +20,14 @@ from .canonical import digest
 from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation, Rule, rules_stamp
 from .confirmations import CONFIRM_PREFIX, CONSENT_KEY, bound_state
 from .contract import MeasureSpec, SlotConfig, ToolContract
-from .errors import ExpressionError
+from .errors import ExpressionError, SchemaUnusable
 from .expressions import Expression, evaluate, evaluate_key
 from .labels import Label
 from .pointers import Span, check_pointer
 from .record import Finding, Gap, GapClass, MeasureRequest, Question, Record, SlotState, Unmet
-from .request import Answer, Evidence, ExecutionRequest, Observation
+from .request import Answer, Candidate, Evidence, ExecutionRequest, Observation
 from .schema import BranchGroup, ObjectNode, Property, Unsupported, compile_object, select_branches
-from .validation import PayloadValidator
+from .validation import PayloadValidator, same_json
 
 __all__ = ["Plan", "compile_plan", "preflight", "select_tool"]
 
@@ -248,6 +248,7 @@ class _Resolution:
     candidate: Any = None
     unverified: bool = False
     reason: str | None = None  # why an expression has no value
+    refused: str | None = None  # why the tool's schema refuses the value found (it does not settle then)
 
 
 class _Run:
@@ -274,6 +275,9 @@ class _Run:
         self.reasons: list[str] = []
         self.values: dict[str, Any] = {}  # settled argument path -> value (null included as None)
         self.arg_slots: dict[str, SlotState] = {}
+        self.arg_props: dict[str, tuple[Property, bool]] = {}  # argument path -> (property, required)
+        self.undeclared_at: dict[str, str] = {}  # undeclared argument path -> the object path it sits in
+        self.extra_paths: list[str] | None = None  # evidence for paths the schema does not declare
         self.resolved: dict[str, _Resolution] = {}
         self.objects: list[str] = []  # nested objects that are present, even with no settled member
         self.deferred = False
@@ -306,10 +310,35 @@ class _Run:
         schema: Mapping[str, Any] | None = None,
         config: SlotConfig | None = None,
     ) -> _Resolution:
-        res = _Resolution()
         cand = self.request.candidates.get(path) if path is not None else None
-        if cand is not None:
-            res.candidate = cand.value
+        res = self._walk_sources(key, sources, cand, schema, config)
+        if cand is not None and res.source != "instruction":
+            # Nothing the user's conversation proposed is lost from the record: shown beside whatever
+            # settled the slot (or beside its question), never counted.
+            res.candidate, res.unverified = cand.value, True
+            if "instruction" not in sources:
+                res.findings.append(
+                    Finding(
+                        "instruction",
+                        "no_result",
+                        _pointer_json(cand.pointer),
+                        "proposed, but this slot does not take values from the conversation",
+                    )
+                )
+            if res.source == "preset" and not same_json(cand.value, res.value):
+                # A remembered value must not quietly override what this conversation proposes.
+                res.refused = "the conversation proposes another value than the remembered one"
+        return res
+
+    def _walk_sources(
+        self,
+        key: str,
+        sources: Sequence[str],
+        cand: Candidate | None,
+        schema: Mapping[str, Any] | None,
+        config: SlotConfig | None,
+    ) -> _Resolution:
+        res = _Resolution()
         evidence = self.evidence
         for source in sources:
             if source == "user_answer":
@@ -599,7 +628,8 @@ class _Run:
                     detail=f"{label}: not grounded in the user's words",
                 )
             )
-            self.questions.append(Question(ob.key, ob.question, _INTENT_SCHEMAS[ob.key]))
+            proposed = (res.candidate,) if res.unverified else ()
+            self.questions.append(Question(ob.key, ob.question, _INTENT_SCHEMAS[ob.key], proposed=proposed))
         else:
             self.add(
                 SlotState(
@@ -705,6 +735,7 @@ class _Run:
                         continue
                     res = self.resolve_prop(prop, info)
                 self.arg_slot(prop, res, name in required, info)
+            self.undeclared(node)
             return
         grounded = {n for n, r in resolutions.items() if r.status == "known"}
         # A nested object counts as grounded once any member of it is: that is what makes it present.
@@ -756,6 +787,7 @@ class _Run:
                 pass  # a discriminator still open: its own slot below asks for it
             res = resolutions.get(name) or self.resolve_prop(prop)
             self.arg_slot(prop, res, name in required)
+        self.undeclared(node)
 
     def evidence_paths(self) -> set[str]:
         paths = set(self.request.candidates)
@@ -793,7 +825,19 @@ class _Run:
         res = self.walk_sources(
             f"arg:{prop.path}", cfg.sources, path=prop.path, schema=prop.schema, config=cfg
         )
-        if res.status != "unknown":
+        if res.status == "known" and res.refused is None and self.plan.validator is not None:
+            # Checked before anything reads it: a value the tool refuses settles nothing, so no condition
+            # or lookup is judged on it.
+            try:
+                problems = self.plan.validator.value_errors(prop.schema, res.value, kept=True)
+            except SchemaUnusable as exc:
+                # Nobody can tell whether the tool takes this value: it settles nothing, and holds.
+                res.findings.append(Finding(res.source or "schema", "error", detail=exc.reason))
+                res.status, res.error, res.reason = "unknown", True, exc.reason
+                problems = []
+            if problems:
+                res.refused = "; ".join(problems[:3])
+        if res.status != "unknown" and res.refused is None:
             self.values[prop.path] = res.value
         if not res.waits_for:
             # a lookup waiting for other arguments is looked at again once they are settled
@@ -838,13 +882,21 @@ class _Run:
                 detail=f"no grounded value selects one {group.kind} alternative",
             )
         )
-        self.questions.append(Question(key, self.sanitize(text), {"enum": list(options)}, options))
+        self.questions.append(
+            Question(key, self.sanitize(text), {"enum": list(options)}, options, kind="choice")
+        )
 
     def arg_slot(
         self, prop: Property, res: _Resolution, required: bool, info: PropInfo | None = None
     ) -> None:
         info = info or self.info(prop)
         cfg, key, label, labels = info.config, info.key, info.label, info.labels
+        self.arg_props[prop.path] = (prop, required)
+        if res.refused is not None and res.status != "unknown":
+            other = res.unverified and not same_json(res.candidate, res.value)
+            proposed = (res.candidate,) if other else ()
+            self.refuse(prop.path, res.value, res.refused, findings=tuple(res.findings), proposed=proposed)
+            return
         if res.status != "unknown":
             slot = SlotState(
                 key,
@@ -859,6 +911,8 @@ class _Run:
                 approval=self.value_approval(key, res, approve=info.approve),
                 findings=tuple(res.findings),
                 detail=self.edit_detail(res),
+                candidate=res.candidate,
+                unverified=res.unverified,
             )
             self.arg_slots[prop.path] = slot
             self.add(slot)
@@ -869,7 +923,7 @@ class _Run:
         gap: GapClass | None = None
         detail = None
         if res.error:
-            route, detail = "hold", "a lookup failed; the slot cannot be settled from it"
+            route, detail = "hold", res.reason or "a lookup failed; the slot cannot be settled from it"
         elif res.measure is not None or res.waits_for:
             route = "measure"
         elif "user_answer" in cfg.sources:
@@ -895,10 +949,167 @@ class _Run:
         self.arg_slots[prop.path] = slot
         self.add(slot)
         if route == "ask_user":
-            text = cfg.question or f"What should the {label} be?"
-            if not required:
-                text = cfg.question or f"Should {label} be included, and if so, what is it?"
-            self.questions.append(Question(key, self.sanitize(text), dict(prop.schema)))
+            self.questions.append(
+                Question(
+                    key,
+                    self.question_text(cfg, label, required),
+                    self.question_schema(prop.schema, required),
+                    proposed=(res.candidate,) if res.unverified else (),
+                )
+            )
+
+    def question_text(self, cfg: SlotConfig, label: str, required: bool) -> str:
+        text = cfg.question or f"What should the {label} be?"
+        if not required:
+            text = cfg.question or f"Should {label} be included, and if so, what is it?"
+        return self.sanitize(text)
+
+    def question_schema(self, schema: Mapping[str, Any], required: bool) -> dict[str, Any]:
+        """What an answer must satisfy: the argument's own schema (with the definitions its `$ref`s name),
+        or null as well for an optional argument (null leaves it out)."""
+        return question_schema(self.contract.input_schema, schema, required)
+
+    def refuse(
+        self,
+        path: str,
+        value: Any,
+        reason: str,
+        *,
+        findings: tuple[Finding, ...] = (),
+        without: bool = False,
+        proposed: tuple[Any, ...] = (),
+    ) -> None:
+        """A value the tool's schema refuses (or has no setting for): it settles nothing. A user-answerable
+        slot is asked again with the reason, anything else holds: nobody may settle it now."""
+        prop, required = self.arg_props.get(path, (None, False))
+        info = self.info(prop) if prop is not None else None
+        cfg = info.config if info is not None else self.contract.slot_config(path)
+        label = info.label if info is not None else path.replace("_", " ").replace(".", " ")
+        key = f"arg:{path}"
+        user = "user_answer" in cfg.sources
+        old = self.arg_slots.get(path)
+        slot = SlotState(
+            key,
+            "value",
+            old.defined_by if old is not None else "provider",
+            label,
+            "unknown",
+            route="ask_user" if user else "hold",
+            gap="user_gap" if user else "source_gap",
+            labels=info.labels if info is not None else (),
+            findings=findings or (old.findings if old is not None else ()),
+            candidate=value,
+            detail=f"the tool refuses this value: {reason}",
+            refused=reason,
+        )
+        if old is not None:
+            # Refused after the payload was assembled: the settled slot it was is replaced in place.
+            self.slots[self.slots.index(old)] = slot
+            if old in self.confirms:
+                self.confirms.remove(old)
+            self.unknown.append(slot)
+            self.gaps.append(Gap("user_gap" if user else "source_gap", key, slot.detail or label))
+        else:
+            self.add(slot)
+        self.arg_slots[path] = slot
+        self.values.pop(path, None)
+        if not user:
+            return
+        if without:
+            name = path.rsplit(".", 1)[-1]
+            text = f"This action has no setting for {name!r}; go ahead without it?"
+            question = Question(key, text, {"type": "null"}, kind="without", reason=reason)
+        else:
+            schema = self.question_schema(prop.schema, required) if prop is not None else {}
+            text = self.question_text(cfg, label, required)
+            question = Question(key, text, schema, reason=reason, proposed=proposed)
+        self.questions.append(question)
+
+    def undeclared(self, node: ObjectNode) -> None:
+        """Values for arguments this object does not declare. What the user stated is never silently left
+        out: each becomes a slot like any other, and the whole-payload validation decides."""
+        if self.extra_paths is None:
+            # Computed once per run: most requests name declared arguments only, and then this is all.
+            declared = self.plan.arguments
+            extra = {p for p in self.request.candidates if p not in declared}
+            for mapping in (self.evidence.answers, self.evidence.presets, self.evidence.prior):
+                extra.update(k[4:] for k in mapping if k[:4] == "arg:" and k[4:] not in declared)
+            self.extra_paths = sorted(extra)
+        prefix = f"{node.path}." if node.path else ""
+        for path in self.extra_paths:
+            if not path.startswith(prefix) or path in self.arg_slots:
+                continue
+            rest = path[len(prefix) :]
+            head = rest.split(".", 1)[0]
+            prop = node.properties.get(head)
+            if prop is not None and "." not in rest:
+                continue  # declared: its own slot, if the schema makes one
+            if prop is not None and prop.child is not None and prop.path not in self.arg_slots:
+                continue  # a member of a declared object: that object's walk has it
+            key = f"arg:{path}"
+            # "amount.x" beside a scalar amount, or "a.b" for an undeclared "a": a name with a dot cannot be
+            # told from a nested argument, and no payload holds both readings.
+            clash = "." in rest or rest == ""
+            cfg = self.contract.slot_config(path)
+            label = path.replace("_", " ").replace(".", " ")
+            if clash:
+                slot = SlotState(
+                    key,
+                    "value",
+                    "user",
+                    label,
+                    "unknown",
+                    route="hold",
+                    detail="no place in the arguments: a dotted name, or inside a value that is no object",
+                )
+                # Not an argument slot: it has no place in the payload, and nothing that reads the argument
+                # it seems to sit in waits for it.
+                self.add(slot)
+                continue
+            res = self.walk_sources(key, cfg.sources, path=path, schema={}, config=cfg)
+            self.undeclared_at[path] = node.path
+            if res.status != "unknown":
+                slot = SlotState(
+                    key,
+                    "value",
+                    "user",
+                    label,
+                    res.status,
+                    res.value,
+                    res.source,
+                    res.pointer,
+                    findings=tuple(res.findings),
+                    candidate=res.candidate,
+                    unverified=res.unverified,
+                    detail="not an argument the tool declares",
+                )
+                self.values[path] = res.value
+                self.arg_slots[path] = slot
+                self.add(slot)
+                continue
+            slot = SlotState(
+                key,
+                "value",
+                "user",
+                label,
+                "unknown",
+                route="ask_user",
+                gap="user_gap",
+                findings=tuple(res.findings),
+                candidate=res.candidate,
+                unverified=res.unverified,
+                detail="proposed without a verified source; not an argument the tool declares",
+            )
+            self.arg_slots[path] = slot
+            self.add(slot)
+            self.questions.append(
+                Question(
+                    key,
+                    f"Should {label} be included, and if so, what is it?",
+                    {},
+                    proposed=(res.candidate,) if res.unverified else (),
+                )
+            )
 
     def sanitize(self, text: str) -> str:
         # A question never names a tool: the user chooses outcomes, not implementations.
@@ -1325,24 +1536,71 @@ class _Run:
 
     # ---- payload and verdict ---------------------------------------------------------------------
 
-    def payload(self) -> tuple[dict[str, Any] | None, bool | None, tuple[str, ...]]:
-        if self.plan.root is None:
-            return None, None, ()
+    def assemble(self, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
         payload: dict[str, Any] = {}
         for path in self.objects:
             _set_path(payload, path, {}, keep=True)
         for path, slot in self.arg_slots.items():
+            if path in skip:
+                continue
             if slot.status == "known" or (slot.status == "null" and self.required_path(path)):
                 _set_path(payload, path, slot.value)
+        return payload
+
+    def payload(self) -> tuple[dict[str, Any] | None, bool | None, tuple[str, ...]]:
+        if self.plan.root is None:
+            return None, None, ()
+        payload = self.assemble()
         complete = not any(s.key.startswith(("arg:", "branch:", "schema:")) for s in self.unknown)
         if not complete:
             return payload, None, ()
         validator = self.plan.validator
         if validator is None:
             return payload, None, ()
-        if validator.is_valid(payload):
-            return payload, True, ()
-        return payload, False, tuple(validator.errors(payload)[:20])
+        try:
+            if validator.is_valid(payload):
+                return payload, True, ()
+            refusals, unblamed = self.blame(validator, payload)
+        except SchemaUnusable as exc:
+            return payload, False, (exc.reason,)
+        for path, (reason, without) in refusals.items():
+            self.refuse(path, self.arg_slots[path].value, reason, without=without)
+        errors = tuple((*(f"arg:{p}: {r}" for p, (r, _) in refusals.items()), *unblamed)[:20])
+        if unblamed:
+            return self.assemble(frozenset(refusals)), False, errors
+        # Every error is a value the user can restate (or leave out): asked again, not held.
+        return self.assemble(frozenset(refusals)), None, errors
+
+    def blame(
+        self, validator: PayloadValidator, payload: dict[str, Any]
+    ) -> tuple[dict[str, tuple[str, bool]], list[str]]:
+        """Which settled values the tool refuses: ({argument path: (reason, has no setting)}, errors that
+        are no one value's). An error inside a value is that value's; an error on an object (no
+        additional properties, property names, max properties...) is the undeclared arguments' in it when
+        leaving them out clears it."""
+        settled = {p for p, s in self.arg_slots.items() if s.status != "unknown"}
+        refusals: dict[str, tuple[str, bool]] = {}
+        unblamed: list[str] = []
+        located = validator.located_errors(payload)
+        for where, message in located:
+            parts = [str(x) for x in where]
+            owner = next(
+                (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in settled),
+                None,
+            )
+            if owner is not None:
+                refusals.setdefault(owner, (message, False))
+                continue
+            at = ".".join(parts)
+            extra = frozenset(p for p, node in self.undeclared_at.items() if node == at and p in settled)
+            if extra and not _errors_at(validator, self.assemble(extra), where):
+                alone = [p for p in sorted(extra) if _errors_at(validator, self.assemble(extra - {p}), where)]
+                for p in alone or sorted(extra):
+                    name = p.rsplit(".", 1)[-1]
+                    refusals.setdefault(p, (f"this action has no setting for {name!r} ({message})", True))
+                continue
+            unblamed.append(f"{'/'.join(parts) or '(arguments)'}: {message}")
+        return refusals, unblamed
 
     def value_only_slots(self, payload: Mapping[str, Any] | None, valid: bool | None) -> None:
         """The validator is the authority on constructs that only limit acceptable payloads: a grounded
@@ -1569,6 +1827,32 @@ def _flatten(payload: Mapping[str, Any], prefix: str = "") -> list[tuple[str, An
     return out
 
 
+def _errors_at(validator: PayloadValidator, payload: dict[str, Any], where: tuple[str | int, ...]) -> bool:
+    return any(w == where for w, _ in validator.located_errors(payload))
+
+
+def _has_ref(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        return "$ref" in schema or any(_has_ref(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_ref(v) for v in schema)
+    return False
+
+
+def question_schema(
+    root: Mapping[str, Any] | None, schema: Mapping[str, Any], required: bool
+) -> dict[str, Any]:
+    """The schema a question carries: the argument's own, with the root's definitions when its `$ref`s
+    name them (so it stands alone), and null besides for an optional argument (null leaves it out)."""
+    out = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
+    defs = {}
+    if root is not None and _has_ref(schema):
+        defs = {k: root[k] for k in ("$defs", "definitions") if isinstance(root.get(k), Mapping)}
+    if not required:
+        out = {"anyOf": [out, {"type": "null"}]}
+    return {**out, **defs}
+
+
 def _rule_owner(rule: Rule) -> Literal["policy", "user"]:
     return "user" if rule.principals else "policy"
 
@@ -1657,7 +1941,9 @@ def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evid
             gap="user_gap",
             detail=f"{len(changing)} actions could do this",
         )
-        questions = (Question("fixed:tool", fixed_tool.question, {"enum": list(options)}, options),)
+        questions = (
+            Question("fixed:tool", fixed_tool.question, {"enum": list(options)}, options, kind="choice"),
+        )
         verdict = "ask"
     return Record(
         verdict=verdict,

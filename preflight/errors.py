@@ -64,3 +64,12 @@ class RequestError(PreflightError):
         self.field = field
         self.reason = reason
         super().__init__(f"{field}: {reason}")
+
+
+class SchemaUnusable(PreflightError):
+    """A tool schema that cannot be evaluated here (a reference nothing local resolves): what it decides is
+    unknown, so whatever rests on it holds."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

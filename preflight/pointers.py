@@ -1,8 +1,11 @@
 """Pointer verification: code reads the location an agent names and confirms the value is there.
 
-The agent points; it does not assert. A pointer only settles a slot when the words it covers hold the
-claimed value and those words come from someone entitled to give instructions. Everything here fails
-closed: a doubtful match is a mismatch, never a guess.
+The agent points; it does not assert. A pointer only settles a slot when the words it covers *are* the
+claimed value (after a few format-aware normalisations: IBAN spaces, thousands separators in a locale the
+conversation makes unambiguous, ISO date spellings), the words start and end on token boundaries, and they
+come from someone entitled to give instructions. There is no compatibility folding: superscripts, fullwidth
+forms, other scripts' digits and confusables never stand for an ASCII value. Everything here fails closed: a
+doubtful match is a mismatch, never a guess.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal, InvalidOperation
-from typing import Any, Final
+from functools import lru_cache
+from typing import Any, Final, Literal
 
 from preflight.errors import RequestError
 from preflight.frozen import fast_init
@@ -25,6 +29,7 @@ __all__ = [
     "SpanCheck",
     "Turn",
     "check_pointer",
+    "decimal_mark",
     "is_instruction_turn",
     "values_match",
 ]
@@ -66,32 +71,57 @@ REASONS: Final = (
     "value_mismatch",
     "unverifiable_value",
     "element_count_mismatch",
+    "not_a_whole_token",  # the span cuts a token: 500 in "1500", BOB in "BOB7", 5 in "-5"
+    "ambiguous_number",  # "1.500" where the conversation does not say which mark is the decimal one
+    "bidi_control",  # the turn reorders its text on screen: what was shown may not be what is stored
 )
+
+DecimalMark = Literal[".", ","]
 
 _INSTRUCTION_ROLES: Final = frozenset({"user", "system", "developer"})
 
 _OPENERS: Final = "\"'`\u201c\u201d\u201e\u2018\u2019\u201a\u00ab\u00bb\u2039\u203a([{<"
 _CLOSERS: Final = "\"'`\u201c\u201d\u201e\u2018\u2019\u201a\u00ab\u00bb\u2039\u203a)]}>"
 _TRAILING: Final = ".,;:!?"
+_ASCII_DIGITS: Final = "0123456789"
 
-# Hyphen-like marks people type inside IBANs, phone and card numbers. NFKC already folds U+2011 to U+2010.
-_HYPHENS: Final = "-\u2010\u2012\u2013"
-# Only between two characters: a leading hyphen is a minus sign, and dropping it would turn -500 into 500.
-_INNER_SEPARATORS: Final = re.compile(rf"(?<=\S)[\s{re.escape(_HYPHENS)}]+(?=\S)")
-
-_TRUE_WORDS: Final = frozenset({"yes", "y", "true", "on", "1"})
-_FALSE_WORDS: Final = frozenset({"no", "n", "false", "off", "0"})
+# Booleans verify only from an explicit word for them: not "y", not "1", not a letter inside "Pay".
+_TRUE_WORDS: Final = frozenset({"yes", "true", "on"})
+_FALSE_WORDS: Final = frozenset({"no", "false", "off"})
 
 _CURRENCY_SYMBOLS: Final = "€$£¥"
 _CURRENCY_CODES: Final = ("EUR", "USD", "GBP", "CHF", "JPY")
 _MINUS_SIGNS: Final = "-\u2212"
-# Group separators that cannot be a decimal mark in any locale we read. NFKC would fold the spaces into an
-# ordinary space, which is deliberately NOT a separator ("3 400" may be two numbers), so these are mapped
-# before normalising.
+# Group separators that cannot be a decimal mark in any locale: typographic spaces (an ordinary space is
+# deliberately NOT one: "3 400" may be two numbers), underscores and apostrophes.
 _SPACE_SEPARATORS: Final = "\u00a0\u2007\u2009\u202f"
 _GROUP_SPLIT: Final = re.compile(r"[,._']")
-_NUMBER_BODY: Final = re.compile(r"[0-9][0-9,._']*|[0-9]*[.,][0-9]+")
-_PLAIN_DECIMAL: Final = re.compile(r"-?[0-9]+\.[0-9]+")
+_NUMBER_BODY: Final = re.compile(r"[0-9][0-9,._']*|[0-9]*[.,][0-9]+", re.ASCII)
+# A number token in an instruction turn, read for which decimal mark the conversation uses.
+_NUMBER_TOKEN: Final = re.compile(r"(?<![0-9.,])[0-9]+(?:[.,][0-9]+)+(?![0-9.,])", re.ASCII)
+
+# Identifiers people group with spaces or hyphens (IBANs, card and phone numbers): ASCII letters and digits
+# in groups of two or more (the last may be shorter), compared with the separators removed.
+_GROUPED_ID: Final = re.compile(r"\+?[A-Za-z0-9]{2,}(?:[ \-\u2010\u2012\u2013][A-Za-z0-9]+)+", re.ASCII)
+_PLAIN_ID: Final = re.compile(r"\+?[A-Za-z0-9]+", re.ASCII)
+_ID_SEPARATORS: Final = re.compile(r"[ \-\u2010\u2012\u2013]")
+
+# Characters that join two parts of one token ("1.500", "BOB-7", "bob.smith@x", "a/b"): a span that stops at
+# one of them, with a letter or digit beyond it, has cut a token in two.
+_JOINERS: Final = ".,'\u2019_-\u2010\u2011\u2012\u2013\u2014/@:\\&#+~=\u00b7\u2027\u066b\u066c"
+# Before a number these change it: "-5" is not 5, ".5" is not 5, "±5" is not 5.
+_NUMBER_PREFIXES: Final = "+-\u2212\u00b1.,\u2010\u2011\u2012\u2013\u2014\ufe63\uff0d<>\u2264\u2265~\u2248"
+# After a number these change what it counts: "50%" is not 50.
+_NUMBER_SUFFIXES: Final = "%\u2030\u2031+"
+# Digits on both sides of one of these are one number to a reader: "1 500" may be fifteen hundred, so neither
+# "1" nor "500" is a whole token there; and "DE02 1203" is one IBAN, so "DE02" is not.
+_DIGIT_GROUP_SPACES: Final = frozenset(" \u00a0\u2007\u2009\u202f")
+# Explicit embeddings, overrides and isolates reorder what the user saw on screen.
+_BIDI_CONTROLS: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+_PLAIN_DECIMAL: Final = re.compile(r"-?[0-9]+\.[0-9]+", re.ASCII)
+
+_AMBIGUOUS: Final = object()
 
 
 def is_instruction_turn(turn: Turn) -> bool:
@@ -110,7 +140,7 @@ def check_pointer(
     value: object,
     schema: Mapping[str, Any] | None = None,
 ) -> SpanCheck:
-    """Confirm that `pointer` covers words from an instruction turn that hold `value`.
+    """Confirm that `pointer` covers whole words from an instruction turn that are `value`.
 
     A scalar value takes one Span; a list value takes one Span per element, each element checked against
     `schema["items"]`.
@@ -138,23 +168,47 @@ def check_pointer(
     return SpanCheck(ok=True, reason=None, text=text)
 
 
-def values_match(text: str, value: object, schema: Mapping[str, Any] | None = None) -> bool:
-    """Whether `text` (the words a pointer covers) states `value`, under fixed, locale-free rules."""
-    # Fast path for the common case, the exact spelling: every rule below accepts it too.
-    if text == value and type(value) is str and value[:1].isalnum() and value[-1:].isalnum():
-        return True
-    if type(value) is int and text == str(value):
-        return True
-    if type(value) is float and text == repr(value) and _PLAIN_DECIMAL.fullmatch(text):
-        return True  # Python's own spelling of it, digits and one point: what _parse_number reads back
-    if isinstance(value, bool):
-        # The listed words are already in normal form (lowercase ASCII letters and digits).
-        return text in (_TRUE_WORDS if value else _FALSE_WORDS) or _bool_matches(text, value)
-    if isinstance(value, int | float):
-        return _number_matches(text, value)
-    if isinstance(value, str):
-        return _str_matches(text, value, schema)
-    return False
+def values_match(
+    text: str, value: object, schema: Mapping[str, Any] | None = None, *, mark: DecimalMark | None = None
+) -> bool:
+    """Whether `text` (the words a pointer covers) is `value`, under fixed rules.
+
+    `mark` is the decimal mark the conversation makes unambiguous (see `decimal_mark`); without it, a
+    number that reads two ways ("1.500", "1,500") matches neither reading.
+    """
+    return _match(text, value, schema, mark) is True
+
+
+def decimal_mark(conversation: Sequence[Turn]) -> DecimalMark | None:
+    """The decimal mark the user's own turns use, when they show one and only one: "1.200,50" and "12,5"
+    show a decimal comma, "1,234,567" and "12.5" a decimal point. Untrusted turns do not count: a page
+    must not decide how the user's "1.500" is read."""
+    seen: set[str] = set()
+    for turn in conversation:
+        if not is_instruction_turn(turn):
+            continue
+        for token in _NUMBER_TOKEN.findall(turn.content):
+            mark = _mark_of(token)
+            if mark is not None:
+                seen.add(mark)
+    if len(seen) == 1:
+        return "." if "." in seen else ","
+    return None
+
+
+def _mark_of(token: str) -> str | None:
+    if "." in token and "," in token:
+        return "." if token.rfind(".") > token.rfind(",") else ","
+    sep = "." if "." in token else ","
+    groups = token.split(sep)
+    if len(groups) > 2:
+        # several separators of one kind are thousands groups (if they look like them): the other is decimal
+        if all(len(g) == 3 for g in groups[1:]) and 1 <= len(groups[0]) <= 3:
+            return "," if sep == "." else "."
+        return None
+    if len(groups[1]) != 3 or groups[0] == "0" or len(groups[0]) > 3:
+        return sep  # cannot be a thousands separator
+    return None
 
 
 # --- locating -------------------------------------------------------------------------------------------
@@ -188,7 +242,17 @@ def _check_scalar(
         return SpanCheck(ok=False, reason=reason or "span_out_of_range", text=text)
     if not _is_verifiable_scalar(value):
         return SpanCheck(ok=False, reason="unverifiable_value", text=text)
-    if not values_match(text, value, schema):
+    content = conversation[span.turn].content
+    if _has_bidi_controls(content):
+        return SpanCheck(ok=False, reason="bidi_control", text=text)
+    if not _on_token_boundary(content, span.start, span.end, text):
+        return SpanCheck(ok=False, reason="not_a_whole_token", text=text)
+    matched = _match(text, value, schema, None)
+    if matched is _AMBIGUOUS:
+        matched = _match(text, value, schema, decimal_mark(conversation))
+        if matched is _AMBIGUOUS:
+            return SpanCheck(ok=False, reason="ambiguous_number", text=text)
+    if matched is not True:
         return SpanCheck(ok=False, reason="value_mismatch", text=text)
     return SpanCheck(ok=True, reason=None, text=text)
 
@@ -218,11 +282,99 @@ def _items_schema(schema: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
 
 
 def _is_verifiable_scalar(value: object) -> bool:
-    if type(value) is str or type(value) is int:
+    if type(value) is str or type(value) is int or type(value) is bool:
         return True
-    if isinstance(value, float):
+    if type(value) is float:
         return math.isfinite(value)
-    return isinstance(value, str | int)
+    return False
+
+
+# --- token boundaries -----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1024)
+def _has_bidi_controls(content: str) -> bool:
+    # Cached: every pointer into a turn asks about the same turn; a str caches its own hash.
+    return not _BIDI_CONTROLS.isdisjoint(content)
+
+
+_PLAIN_EDGES: Final = frozenset(" \t\n\r")
+
+
+def _is_word_char(c: str) -> bool:
+    """Letters, digits of any script (superscripts too) and combining marks: all continue a token."""
+    return unicodedata.category(c)[0] in "LNM"
+
+
+def _neighbour(content: str, i: int, step: int) -> int | None:
+    """The index of the nearest visible character from `i` on in direction `step`; format characters
+    (zero-width spaces and joiners, direction marks, soft hyphens) are skipped, as a reader skips them."""
+    while 0 <= i < len(content):
+        if unicodedata.category(content[i]) != "Cf":
+            return i
+        i += step
+    return None
+
+
+def _on_token_boundary(content: str, start: int, end: int, text: str) -> bool:
+    """Whether `text`, content[start:end], starts and ends on token boundaries: no letter, digit or mark
+    touches either side (directly, through invisible characters, or through a joiner such as the "." of
+    "1.500")."""
+    first, last = text[0], text[-1]
+    if first >= "\x80" and unicodedata.category(first)[0] == "M":
+        return False  # starts inside a grapheme (ASCII has no marks)
+    if (first.isdigit() and _digit_grouped(content, start - 1, -1)) or (
+        last.isdigit() and _digit_grouped(content, end, 1)
+    ):
+        return False
+    if (start == 0 or content[start - 1] in _PLAIN_EDGES) and (
+        end == len(content)
+        or content[end] in _PLAIN_EDGES
+        or (content[end] in ",.;:!?" and (end + 1 == len(content) or content[end + 1] in _PLAIN_EDGES))
+    ):
+        return True  # the common case: whitespace (or the turn's edge, or a sentence mark) on both sides
+    core = _strip_wrapping(text)
+    starts_with_number = core[:1] in _ASCII_DIGITS
+    ends_with_number = core[-1:] in _ASCII_DIGITS
+    left = _neighbour(content, start - 1, -1)
+    if left is not None:
+        c = content[left]
+        if _is_word_char(c):
+            return False
+        if c in _JOINERS:
+            beyond = _neighbour(content, left - 1, -1)
+            if beyond is not None and _is_word_char(content[beyond]):
+                return False
+        if starts_with_number and c in _NUMBER_PREFIXES:
+            return False
+    right = _neighbour(content, end, 1)
+    if right is not None:
+        c = content[right]
+        if _is_word_char(c):
+            return False
+        if c in _JOINERS:
+            beyond = _neighbour(content, right + 1, 1)
+            if beyond is not None and _is_word_char(content[beyond]) and not _possessive(content, right):
+                return False
+        if ends_with_number and c in _NUMBER_SUFFIXES:
+            return False
+    return True
+
+
+def _digit_grouped(content: str, i: int, step: int) -> bool:
+    """Whether a span's edge digit continues, across one group space at `i`, into another digit."""
+    if not (0 <= i < len(content)) or content[i] not in _DIGIT_GROUP_SPACES:
+        return False
+    beyond = i + step
+    return 0 <= beyond < len(content) and content[beyond].isdigit()
+
+
+def _possessive(content: str, i: int) -> bool:
+    """ "Bob's": an apostrophe, an s, then the end of the word. Bob is still the name the user wrote."""
+    if content[i] not in "'\u2019" or content[i + 1 : i + 2] != "s":
+        return False
+    after = _neighbour(content, i + 2, 1)
+    return after is None or not _is_word_char(content[after])
 
 
 # --- matching -------------------------------------------------------------------------------------------
@@ -237,55 +389,83 @@ def _strip_wrapping(s: str) -> str:
         s = stripped
 
 
-def _normal_text(s: str) -> str:
-    s = unicodedata.normalize("NFKC", s).casefold()
-    return " ".join(_strip_wrapping(s).split())
+def _clean(s: str) -> str:
+    """The words as written, tidied: canonical composition (NFC: "é" typed as e + accent is "é", never a
+    compatibility fold), no wrapping punctuation, single spaces."""
+    return " ".join(_strip_wrapping(unicodedata.normalize("NFC", s)).split())
 
 
-def _str_matches(text: str, value: str, schema: Mapping[str, Any] | None) -> bool:
-    fmt = schema.get("format") if schema is not None else None
-    if fmt == "email":
-        # Whitespace inside an address changes the address, so only the edges are forgiven.
-        want = _strip_wrapping(unicodedata.normalize("NFKC", value).casefold())
-        got = _strip_wrapping(unicodedata.normalize("NFKC", text).casefold())
-        return bool(want) and got == want
-
-    want = _normal_text(value)
-    if not want:
-        # Nothing left to compare: any stray punctuation would "hold" it.
-        return False
-    got = want if text == value else _normal_text(text)  # the same words need normalising only once
-    if got == want:
-        return True
-    if any(c.isdigit() for c in want) and _compact(got) == _compact(want):
-        return True
-    if fmt == "date":
-        want_date, got_date = _parse_date(value), _parse_date(text)
-        return want_date is not None and want_date == got_date
+def _match(text: str, value: object, schema: Mapping[str, Any] | None, mark: DecimalMark | None) -> object:
+    """True, False, or _AMBIGUOUS (a number that reads two ways without a decimal mark)."""
+    if type(value) is bool:
+        word = _clean(text)
+        # ASCII only: a fullwidth yes is a different word, and lower() must not fold it.
+        return word.isascii() and word.lower() in (_TRUE_WORDS if value else _FALSE_WORDS)
+    if type(value) is int:
+        if text == str(value):
+            return True  # the exact spelling: digits and a leading minus read one way only
+        return _number_matches(text, value, mark)
+    if type(value) is float:
+        if text == repr(value) and _PLAIN_DECIMAL.fullmatch(text) and len(text) - text.index(".") != 4:
+            return True  # Python's own spelling, whose fraction is not three digits: it reads one way only
+        return _number_matches(text, value, mark)
+    if type(value) is str:
+        return _str_matches(text, value, schema)
     return False
 
 
-def _compact(s: str) -> str:
-    return _INNER_SEPARATORS.sub("", s)
+def _str_matches(text: str, value: str, schema: Mapping[str, Any] | None) -> bool:
+    if text == value and any(c.isalnum() for c in value):
+        return True
+    got = _clean(text)
+    if not got or not any(c.isalnum() for c in got):
+        return False  # nothing left to compare: any stray punctuation would "hold" it
+    fmt = schema.get("format") if schema is not None else None
+    if fmt == "email":
+        # The local part is case-sensitive; only the domain is compared ignoring (ASCII) case.
+        local, at, domain = got.rpartition("@")
+        want_local, want_at, want_domain = value.rpartition("@")
+        return bool(at and want_at) and local == want_local and domain.lower() == want_domain.lower()
+    if got == value:
+        return True
+    if fmt == "date":
+        want_date, got_date = _parse_date(value), _parse_date(got)
+        return want_date is not None and want_date.isoformat() == value and want_date == got_date
+    enum = schema.get("enum") if schema is not None else None
+    if isinstance(enum, list) and value in enum and got.isascii() and value.isascii():
+        # The enum's own word in other ASCII case ("Express" for "express"), when no other member is that
+        # word too.
+        folded = [m for m in enum if isinstance(m, str) and m.lower() == got.lower()]
+        return folded == [value]
+    return _grouped_id_matches(got, value)
+
+
+def _grouped_id_matches(got: str, value: str) -> bool:
+    """An IBAN, card or phone number written in groups: the same letters and digits, case-sensitive."""
+    if not any(c in _ASCII_DIGITS for c in value):
+        return False
+    forms = [s for s in (got, value) if _GROUPED_ID.fullmatch(s) or _PLAIN_ID.fullmatch(s)]
+    if len(forms) != 2 or not any(_GROUPED_ID.fullmatch(s) for s in forms):
+        return False
+    compact_got, compact_value = _ID_SEPARATORS.sub("", got), _ID_SEPARATORS.sub("", value)
+    # Short ones are not identifiers but ranges and scores: "12-15" is not "1215".
+    return len(compact_value) >= 6 and compact_got == compact_value
 
 
 def _parse_date(s: str) -> date | None:
     try:
-        return date.fromisoformat(_strip_wrapping(unicodedata.normalize("NFKC", s)))
+        return date.fromisoformat(s) if s.isascii() else None
     except ValueError:
         return None
 
 
-def _bool_matches(text: str, value: bool) -> bool:
-    word = _normal_text(text)
-    return word in (_TRUE_WORDS if value else _FALSE_WORDS)
-
-
-def _number_matches(text: str, value: int | float) -> bool:
+def _number_matches(text: str, value: int | float, mark: DecimalMark | None) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return False
-    got = _parse_number(text)
-    if got is None:
+    got = _parse_number(text, mark)
+    if got is _AMBIGUOUS:
+        return _AMBIGUOUS
+    if not isinstance(got, Decimal):
         return False
     # repr gives the shortest string that round-trips, so 12.49 compares as 12.49, not its binary expansion.
     want = Decimal(value) if isinstance(value, int) else Decimal(repr(value))
@@ -297,22 +477,19 @@ def _strip_currency(s: str) -> str:
         before = s
         # "_" here is an nbsp or thin space mapped above, i.e. edge whitespace.
         s = s.strip().strip(_CURRENCY_SYMBOLS + "_").strip()
-        upper = s.upper()
         for code in _CURRENCY_CODES:
-            if upper.startswith(code):
+            if s.startswith(code):
                 s = s[len(code) :]
-                upper = s.upper()
-            if upper.endswith(code):
+            if s.endswith(code):
                 s = s[: -len(code)]
-                upper = s.upper()
         if s == before:
             return s
 
 
-def _parse_number(text: str) -> Decimal | None:
-    """Read a number written with digits; None when the text is anything else or ambiguous."""
+def _parse_number(text: str, mark: DecimalMark | None) -> Decimal | object | None:
+    """Read a number written with ASCII digits: a Decimal, None for anything else, _AMBIGUOUS when it reads
+    two ways ("1.500" is 1500 in Berlin and 1.5 in London) and `mark` does not settle which."""
     s = text.translate({ord(c): "_" for c in _SPACE_SEPARATORS})
-    s = unicodedata.normalize("NFKC", s)
     edges = s.strip().rstrip(_TRAILING).strip()
     if edges.startswith("(") and edges.endswith(")"):
         # Accounting notation: "(1,200)" is minus 1200. Stripping the brackets would flip the sign.
@@ -322,32 +499,39 @@ def _parse_number(text: str) -> Decimal | None:
     if s[:1] in ("+", *_MINUS_SIGNS):
         negative = s[0] != "+"
         s = _strip_currency(s[1:])
-    if not _NUMBER_BODY.fullmatch(s):
+    if not s.isascii() or not _NUMBER_BODY.fullmatch(s):
         return None
 
     has_dot, has_comma = "." in s, "," in s
-    decimal_mark: str | None
+    decimal: str | None
     if has_dot and has_comma:
-        decimal_mark = "." if s.rfind(".") > s.rfind(",") else ","
-    elif has_comma:
-        after_first = s.split(",")[1:]
-        decimal_mark = None if all(len(g) == 3 and g.isdigit() for g in after_first) else ","
-    elif has_dot:
-        decimal_mark = "."
+        decimal = "." if s.rfind(".") > s.rfind(",") else ","
+    elif has_dot or has_comma:
+        sep = "." if has_dot else ","
+        head, *tail = s.split(sep)
+        bare_head = head.replace("_", "").replace("'", "")
+        if len(tail) > 1:
+            decimal = None  # "1.200.000": several of one mark are thousands groups (checked below)
+        elif len(tail[0]) == 3 and 1 <= len(bare_head) <= 3 and bare_head != "0" and head == bare_head:
+            if mark is None:
+                return _AMBIGUOUS
+            decimal = sep if mark == sep else None
+        else:
+            decimal = sep
     else:
-        decimal_mark = None
+        decimal = None
 
     integer, fraction = s, ""
-    if decimal_mark is not None:
-        if s.count(decimal_mark) != 1:
+    if decimal is not None:
+        if s.count(decimal) != 1:
             return None
-        integer, fraction = s.split(decimal_mark)
-        if not fraction.isdigit() or not fraction.isascii():
+        integer, fraction = s.split(decimal)
+        if not fraction.isdigit():
             return None
         integer = integer or "0"
 
     groups = _GROUP_SPLIT.split(integer)
-    if not all(g.isdigit() and g.isascii() for g in groups):
+    if not all(g.isdigit() for g in groups):
         return None
     # Grouping must look like thousands: "1,2.5" is not 12.5, it is a typo or two numbers.
     if len(groups) > 1 and (not 1 <= len(groups[0]) <= 3 or any(len(g) != 3 for g in groups[1:])):

@@ -63,6 +63,8 @@ class SlotState:
     detail: str | None = None
     met: bool | None = None  # conditions: True/False once evaluated
     waits_for: tuple[str, ...] = ()
+    # Why the tool's schema refuses the value in `candidate` (a user-answerable one is asked again).
+    refused: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -85,7 +87,9 @@ class SlotState:
         }
         if self.gap is not None:
             out["gap"] = self.gap
-        if self.unverified:
+        if self.refused is not None:
+            out["refused"] = {"value": self.candidate, "reason": self.refused}
+        elif self.unverified:
             out["candidate"] = {"value": self.candidate, "verified": False}
         if self.detail is not None:
             out["detail"] = self.detail
@@ -96,15 +100,19 @@ class SlotState:
         return out
 
 
-QuestionKind = Literal["value", "choice", "confirmation", "consent"]
+QuestionKind = Literal["value", "choice", "without", "confirmation", "consent"]
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Question:
-    """`kind`: `value` (what should it be?), `choice` (which of these options?), `confirmation` (the user's
-    yes/no to one value, shown in `shows`) or `consent` (the user's yes/no to the whole call, the payload
-    shown in words and in `shows`). A confirmation or consent is bound to `shows["digest"]`."""
+    """What the user is asked. `schema` is what an answer must satisfy before it counts (otherwise 422
+    `invalid_answer`). `kind`: "value" (say the value), "choice" (pick one of `options`, by label or
+    index), "without" (the tool has no such setting: answer null to go ahead without it),
+    "confirmation" (the user's yes/no to one value, shown in `shows`) or "consent" (the user's yes/no to
+    the whole call, the payload shown in words and in `shows`). A confirmation or consent is bound to
+    `shows["digest"]`. `reason`: why the value stated before cannot be used. `proposed`: a value the
+    conversation proposed that did not settle the slot, shown beside the question, one element or none."""
 
     slot: str
     text: str
@@ -112,6 +120,8 @@ class Question:
     options: tuple[str, ...] = ()
     kind: QuestionKind = "value"
     shows: Mapping[str, Any] | None = None
+    reason: str | None = None
+    proposed: tuple[Any, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         kind = "choice" if self.kind == "value" and self.options else self.kind
@@ -125,6 +135,10 @@ class Question:
             out["options"] = list(self.options)
         if self.shows is not None:
             out["shows"] = dict(self.shows)
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.proposed:
+            out["proposed"] = {"value": self.proposed[0], "verified": False}
         return out
 
 
@@ -252,15 +266,20 @@ def _body_digest(body: dict[str, Any]) -> str:
     for slot in body["slots"]:
         if not (written_as_is(slot["value"]) and written_as_is(slot["pointer"])):
             return digest(body)
-        candidate = slot.get("candidate")
-        if candidate is not None and not written_as_is(candidate):
-            return digest(body)
+        for extra in ("candidate", "refused"):
+            candidate = slot.get(extra)
+            if candidate is not None and not written_as_is(candidate):
+                return digest(body)
         for finding in slot["findings"]:
             pointer = finding.get("pointer")
             if pointer is not None and not written_as_is(pointer):
                 return digest(body)
     for question in body["questions"]:
-        if not written_as_is(question["schema"]) or not written_as_is(question.get("shows")):
+        if (
+            not written_as_is(question["schema"])
+            or not written_as_is(question.get("shows"))
+            or not written_as_is(question.get("proposed"))
+        ):
             return digest(body)
     for measure in body["measures"]:
         if not written_as_is(measure["args"]):

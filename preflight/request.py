@@ -151,6 +151,9 @@ def parse_request(data: Mapping[str, Any]) -> ExecutionRequest:
     candidates = {}
     for key, c in cands_raw.items():
         name = key[4:] if key.startswith("arg:") else key
+        if name in candidates:
+            # "amount" and "arg:amount" are one argument: keeping either would silently drop the other.
+            raise RequestError(f"candidates.{key}", f"names the same argument as another candidate ({name})")
         if not isinstance(c, Mapping) or "value" not in c:
             raise RequestError(f"candidates.{key}", "a candidate is an object with a value (and a pointer)")
         candidates[name] = Candidate(c["value"], _pointer(c.get("pointer"), f"candidates.{key}.pointer"))

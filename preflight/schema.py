@@ -303,6 +303,10 @@ class _Builder:
             for name, needs in table.items():
                 if isinstance(needs, list) and all(isinstance(n, str) for n in needs):
                     acc.dependent.setdefault(name, set()).update(needs)
+                    # Named by a dependency, so an argument of this object even where `properties` omits it:
+                    # its value must reach the dependency, not pass as an undeclared extra.
+                    for dep in (name, *needs):
+                        acc.properties.setdefault(dep, Property(dep, _join(path, dep), {}, None))
                 else:
                     self.problems.append(
                         Unsupported(

@@ -15,9 +15,16 @@ from typing import Any
 
 import jsonschema
 from jsonschema.validators import validator_for
+from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-__all__ = ["PayloadValidator"]
+from .errors import SchemaUnusable
+
+__all__ = ["NO_RETRIEVAL", "PayloadValidator", "same_json"]
+
+# An empty registry: a `$ref` that the schema itself does not resolve is unresolvable, never fetched over the
+# network (jsonschema's default would open the URL: a tool definition must not make the gate call out).
+NO_RETRIEVAL: Registry[Any] = Registry()
 
 Check = Callable[[Any], bool]
 
@@ -66,8 +73,11 @@ class PayloadValidator:
     def __init__(self, schema: Mapping[str, Any]) -> None:
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
         checking = _COMPATIBLE.get(cls, cls) if "dependencies" in _keys(schema) else cls
-        self.slow = checking(schema, format_checker=cls.FORMAT_CHECKER)
+        self.slow = checking(schema, format_checker=cls.FORMAT_CHECKER, registry=NO_RETRIEVAL)
         self.fast: Check | None = None
+        self.formats: jsonschema.FormatChecker | None = cls.FORMAT_CHECKER if cls in _FAST_DRAFTS else None
+        # Compiled checks of parts of the schema (a property's), by the part's identity: see value_errors.
+        self.parts: dict[int, tuple[Mapping[str, Any], Check | None]] = {}
         if cls in _FAST_DRAFTS:
             try:
                 self.fast = _compile(schema, cls.FORMAT_CHECKER)
@@ -75,6 +85,8 @@ class PayloadValidator:
                 self.fast = None
 
     def is_valid(self, instance: Any) -> bool:
+        """False, too, for a schema whose references cannot be followed (located_errors and value_errors
+        raise SchemaUnusable for it)."""
         if self.fast is not None and self.fast(instance):
             return True
         try:
@@ -103,6 +115,44 @@ class PayloadValidator:
             )
         except (Unresolvable, RecursionError):
             return (((), frozenset({"$ref"})),)
+
+    def located_errors(self, instance: Any) -> list[tuple[tuple[str | int, ...], str]]:
+        """(where in the payload, what is wrong) for every error, in payload order."""
+        errors = sorted(_iter_errors(self.slow, instance), key=lambda e: [str(p) for p in e.absolute_path])
+        return [(tuple(e.absolute_path), e.message) for e in errors]
+
+    def value_errors(self, schema: Mapping[str, Any], value: Any, *, kept: bool = False) -> list[str]:
+        """What `schema`, a part of this tool's schema, refuses in `value`; local `$ref`s resolve against the
+        whole schema, and formats are checked as for the payload. `kept`: `schema` lives as long as this
+        validator (a compiled plan's property), so its fast check is compiled once and kept."""
+        if kept and self.formats is not None:
+            entry = self.parts.get(id(schema))
+            if entry is None or entry[0] is not schema:
+                try:
+                    check: Check | None = _compile(schema, self.formats)
+                except _Unsupported:
+                    check = None
+                entry = (schema, check)
+                if len(self.parts) >= 1024:
+                    self.parts.clear()  # plans recompiled over a long run: their old parts go
+                self.parts[id(schema)] = entry
+            if entry[1] is not None and entry[1](value):
+                return []
+        sub = self.slow.evolve(schema=schema)
+        return [e.message for e in sorted(_iter_errors(sub, value), key=lambda e: [str(p) for p in e.path])]
+
+
+def _unusable(exc: Unresolvable) -> SchemaUnusable:
+    return SchemaUnusable(f"the schema has a reference nothing here resolves ({exc.ref})")
+
+
+def _iter_errors(validator: Any, instance: Any) -> list[jsonschema.ValidationError]:
+    try:
+        return list(validator.iter_errors(instance))
+    except Unresolvable as exc:
+        raise _unusable(exc) from None
+    except RecursionError:
+        raise SchemaUnusable("the schema's references loop without end") from None
 
 
 def _keys(schema: Any) -> set[str]:
@@ -146,6 +196,11 @@ def _json_equal(a: Any, b: Any) -> bool:
     if type(a) is dict:
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     return bool(a == b)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values: 1 and 1.0 are, 1 and True are not."""
+    return _json_equal(a, b)
 
 
 def _compile(schema: Any, formats: jsonschema.FormatChecker) -> Check:

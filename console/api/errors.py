@@ -13,7 +13,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from console.errors import BadInput, Conflict, NotFound, ServiceError, Unprocessable
+from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, ServiceError, Unprocessable
 from console.records import ContractTampered
 from preflight import RequestError
 
@@ -69,6 +69,9 @@ def flatten(detail: Any, prefix: str = "") -> list[str]:
 
 def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     set_rollback()
+    if isinstance(exc, InvalidAnswer):
+        body = {"error": exc.code, "detail": exc.detail, "slot": exc.slot, "reason": exc.reason}
+        return Response(body, status=422)
     if isinstance(exc, ServiceError):
         return error(exc.code, exc.detail, _SERVICE_STATUS.get(type(exc), 400))
     if isinstance(exc, RequestError):

@@ -16,7 +16,7 @@ from console import services
 from console.api.access import execution_or_404
 from console.api.common import AGENT_PERMISSIONS, actor, errors
 from console.api.fields import AnyJSON, Array, Flag, Integer, Object, Text
-from console.api.records import ErrorOut, RecordOut
+from console.api.records import ErrorOut, InvalidAnswerOut, RecordOut
 from console.errors import BadInput
 from console.records import has_answer_rows, record_answer
 
@@ -289,10 +289,17 @@ class ExecutionAnswerView(APIView):
         operation_id="executions_answer",
         summary="Answer questions (and optionally remember answers); the execution is preflighted again",
         description=(
-            "Answers are keyed by the question's `slot`. A `confirmation` or `consent` question is answered"
-            ' true (yes) or false (no), or {"yes": <bool>, "digest": <shows.digest>}; the answer binds to'
-            " the digest the latest record's question shows, even when the same request changes the value"
-            " (the new value is then asked again)."
+            "Answers are keyed by the question's `slot`. Each answer is checked against its question's"
+            " `schema` first (an answer to a slot not asked now, against the schema its question would"
+            " carry). One the schema refuses answers 422 `invalid_answer` with `slot` and `reason`, and"
+            " nothing is settled; the attempt is still recorded in the audit chain. Answers for arguments"
+            " the tool does not declare are accepted: they become slots, and the whole-payload validation"
+            " decides (a tool that cannot take one asks whether to go ahead without it: answer null)."
+            " `remember` is refused (422 `not_rememberable`) for a slot whose sources lack user_answer or"
+            " preset. A `confirmation` or `consent` question is answered true (yes) or false (no), or"
+            ' {"yes": <bool>, "digest": <shows.digest>}; the answer binds to the digest the latest'
+            " record's question shows, even when the same request changes the value (the new value is"
+            " then asked again)."
         ),
         request=AnswersIn,
         responses={
@@ -306,10 +313,10 @@ class ExecutionAnswerView(APIView):
                 ),
             ),
             422: OpenApiResponse(
-                ErrorOut,
+                InvalidAnswerOut,
                 description=(
-                    "`unknown_slot`, `not_answerable`; `invalid_answer`: an answer its question refuses (a"
-                    " confirmation or consent that is not a yes or a no)"
+                    "`invalid_answer`: an answer its question's schema refuses (for a confirmation or"
+                    " consent: not a yes or a no); `not_rememberable`; `unknown_slot`; `not_answerable`"
                 ),
             ),
         },

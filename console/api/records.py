@@ -38,28 +38,45 @@ class SlotOut(serializers.Serializer):
     findings = FindingOut(many=True)
     gap = serializers.CharField(required=False)
     candidate = serializers.DictField(
-        required=False, help_text="an unverified proposal: shown, never counted"
+        required=False,
+        help_text="an unverified proposal `{value, verified: false}`: shown, never counted (kept also beside "
+        "a value another source settled, and for a slot that does not take values from the conversation)",
+    )
+    refused = serializers.DictField(
+        required=False,
+        help_text="`{value, reason}`: a value found for the slot that the tool's schema refuses; it settles "
+        "nothing. A user-answerable slot is asked again with the reason (route ask_user, gap user_gap); "
+        "anything else holds",
     )
     detail = serializers.CharField(required=False)
     met = serializers.BooleanField(required=False)
     waits_for = serializers.ListField(child=serializers.CharField(), required=False)
 
 
+class ProposedOut(serializers.Serializer):
+    value = AnyJSON()
+    verified = serializers.BooleanField()
+
+
 class QuestionOut(serializers.Serializer):
-    slot = serializers.CharField(help_text="the slot key to answer under in POST .../answers")
+    slot = serializers.CharField(help_text="the slot key to answer under in POST .../answers (`answers`)")
     kind = serializers.ChoiceField(
-        choices=["value", "choice", "confirmation", "consent"],
+        choices=["value", "choice", "without", "confirmation", "consent"],
         help_text=(
-            "value: what should it be; choice: one of `options`; confirmation: the requesting user's yes"
-            " (true) or no (false) to the one value in `shows`; consent: the requesting user's yes or no"
-            " to the whole call, the final payload in `shows` and in words in `text`. A confirmation or"
-            " consent binds to `shows.digest`: a changed value or payload voids it, yes or no, and is"
-            " asked again. A no blocks the call while it stands. Only the user's channel (the agent API)"
-            " answers these; an approver cannot."
+            "value: say the value; choice: one of `options` (its label, or its index); without: the action"
+            " has no setting for this undeclared argument, answer null to go ahead without it;"
+            " confirmation: the requesting user's yes (true) or no (false) to the one value in `shows`;"
+            " consent: the requesting user's yes or no to the whole call, the final payload in `shows` and"
+            " in words in `text`. A confirmation or consent binds to `shows.digest`: a changed value or"
+            " payload voids it, yes or no, and is asked again. A no blocks the call while it stands. Only"
+            " the user's channel (the agent API) answers these; an approver cannot."
         ),
     )
     text = serializers.CharField()
-    schema = serializers.DictField()
+    schema = serializers.DictField(
+        help_text="JSON Schema an answer must satisfy before it counts (otherwise 422 `invalid_answer`); an "
+        "optional argument's schema admits null, which leaves it out"
+    )
     options = serializers.ListField(child=serializers.CharField(), required=False)
     shows = serializers.DictField(
         required=False,
@@ -67,6 +84,14 @@ class QuestionOut(serializers.Serializer):
             'confirmation: {"slot", "value", "digest"}; consent: {"payload", "digest", "words"}. An answer'
             ' may be true/false or {"yes": <bool>, "digest": <this digest>}'
         ),
+    )
+    reason = serializers.CharField(
+        required=False,
+        help_text="why the value stated before cannot be used (what the tool's schema refuses)",
+    )
+    proposed = ProposedOut(
+        required=False,
+        help_text="what the conversation proposed for this slot, unverified: shown, not counted",
     )
 
 
@@ -132,3 +157,16 @@ class RecordOut(serializers.Serializer):
 class ErrorOut(serializers.Serializer):
     error = serializers.CharField()
     detail = serializers.CharField()
+
+
+class InvalidAnswerOut(serializers.Serializer):
+    error = serializers.ChoiceField(
+        choices=["invalid_answer", "not_rememberable", "unknown_slot", "not_answerable"],
+        help_text="invalid_answer: the question's schema refuses the answer; not_rememberable: `remember` "
+        "names a slot whose sources lack user_answer or preset. Nothing is settled; the attempt is audited",
+    )
+    detail = serializers.CharField()
+    slot = serializers.CharField(
+        required=False, help_text="the answer's slot key (invalid_answer, not_rememberable)"
+    )
+    reason = serializers.CharField(required=False, help_text="what the question's schema refuses")

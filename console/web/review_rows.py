@@ -185,6 +185,11 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
         row.css.append("unverified")
         row.candidate = show(s["candidate"].get("value"))
         row.flags.append(Flag("unverified", "proposed, no source"))
+    if "refused" in s:
+        # A value that was found but that the tool's schema refuses: it settles nothing; the reason shows.
+        row.css.append("unverified")
+        row.candidate = show(s["refused"].get("value"))
+        row.flags.append(Flag("refused", f"the tool refuses it: {s['refused'].get('reason')}"))
     for f in findings:
         detail = f.get("detail") or ""
         if f.get("outcome") == "no_result" and detail.startswith("stale"):

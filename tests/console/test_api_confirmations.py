@@ -132,6 +132,29 @@ def test_a_confirmation_that_is_not_a_yes_or_no_is_refused(
     assert confirming.calls == []
 
 
+def test_a_refused_yes_or_no_names_its_slot_and_is_audited_and_a_yes_beside_its_digest_counts(
+    agent: Agent, confirming: Downstream
+) -> None:
+    record = submit(agent)
+    (question,) = [q for q in record["questions"] if q["kind"] == "confirmation"]
+    assert question["schema"] == {"type": "boolean"}
+
+    refused = answer(agent, record, {CONFIRM_TO: {"yes": "yes", "digest": question["shows"]["digest"]}})
+
+    assert refused.status_code == 422
+    assert (refused.json()["error"], refused.json()["slot"]) == ("invalid_answer", CONFIRM_TO)
+    events = models.AuditEvent.objects.filter(execution_id=record["id"], kind="answer_refused")
+    assert [(e.body["error"], e.body["slot"]) for e in events] == [("invalid_answer", CONFIRM_TO)]
+    assert not models.Answer.objects.filter(execution_id=record["id"]).exists()
+
+    after = answer(agent, record, {CONFIRM_TO: {"yes": True, "digest": question["shows"]["digest"]}})
+
+    assert after.status_code == 200
+    slot = next(s for s in after.json()["slots"] if s["key"] == CONFIRM_TO)
+    assert slot["status"] == "known" and slot["value"] == question["shows"]["digest"]
+    assert confirming.calls == []
+
+
 def test_the_users_no_is_recorded_and_the_call_does_not_run(agent: Agent, confirming: Downstream) -> None:
     record = submit(agent)
 

@@ -270,12 +270,29 @@ def test_answers_must_be_an_object(quick_bank: Downstream, quick_agent: Agent) -
     assert detail.startswith("answers")
 
 
-def test_an_answer_for_an_argument_the_tool_lacks_is_422(quick_bank: Downstream, quick_agent: Agent) -> None:
+def test_an_answer_for_an_argument_the_tool_lacks_is_kept_and_asked_about_not_refused(
+    quick_bank: Downstream, quick_agent: Agent
+) -> None:
+    # Was 422 unknown_slot: now what the user states is never dropped; this tool takes no extra properties,
+    # so the user is asked whether to go ahead without it, and nothing runs meanwhile.
     record = quick_agent.post("/api/v1/executions", transfer_request()).json()
 
     response = quick_agent.post(
         f"/api/v1/executions/{record['id']}/answers", {"answers": {"arg:colour": "red"}}
     )
+
+    assert response.status_code == 200, response.json()
+    after = response.json()
+    assert after["verdict"] == "ask" and after["grant"] is None
+    assert [(q["slot"], q["kind"]) for q in after["questions"]] == [("arg:colour", "without")]
+    assert quick_bank.calls == []
+
+
+@pytest.mark.parametrize("key", ["arg:", "arg:a..b", "arg:.a"])
+def test_an_answer_for_no_argument_path_is_422(quick_bank: Downstream, quick_agent: Agent, key: str) -> None:
+    record = quick_agent.post("/api/v1/executions", transfer_request()).json()
+
+    response = quick_agent.post(f"/api/v1/executions/{record['id']}/answers", {"answers": {key: "red"}})
 
     error_of(response, 422, "unknown_slot")
 

@@ -85,7 +85,13 @@ def test_the_schema_documents_confirmation_and_consent_questions(schema: dict[st
     schemas = schema["components"]["schemas"]
     question = schemas["QuestionOut"]["properties"]
 
-    assert set(schemas["QuestionOutKindEnum"]["enum"]) == {"value", "choice", "confirmation", "consent"}
+    assert set(schemas["QuestionOutKindEnum"]["enum"]) == {
+        "value",
+        "choice",
+        "without",
+        "confirmation",
+        "consent",
+    }
     assert "shows" in question
     assert "fresh_until" in schema["components"]["schemas"]["RecordOut"]["properties"]
 
@@ -98,3 +104,19 @@ def test_the_schema_documents_the_gates_and_the_answers_refusals(schema: dict[st
         assert f"`{code}`" in run
     assert "`not_asked`" in answers["409"]["description"] and "`stale_value`" in answers["409"]["description"]
     assert "`invalid_answer`" in answers["422"]["description"]
+
+
+def test_the_answers_operation_documents_invalid_answer_and_the_question_shape(
+    schema: dict[str, Any],
+) -> None:
+    operation = schema["paths"]["/api/v1/executions/{execution_id}/answers"]["post"]
+    refused = operation["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[
+        -1
+    ]
+    body = schema["components"]["schemas"][refused]["properties"]
+    assert {"error", "detail", "slot", "reason"} <= set(body)
+    assert "invalid_answer" in operation["description"]
+    assert "invalid_answer" in body["error"]["description"]
+    question = schema["components"]["schemas"]["QuestionOut"]["properties"]
+    assert {"slot", "kind", "text", "schema", "reason", "proposed"} <= set(question)
+    assert "refused" in schema["components"]["schemas"]["SlotOut"]["properties"]

@@ -475,17 +475,12 @@ def test_only_the_recipient_the_user_confirmed_is_ever_sent(
 
 
 def test_a_value_is_shown_to_the_user_exactly_with_unseen_characters_spelled_out(alice: Said) -> None:
-    said = Said("Send 120 from DE11 to DE02\u202e1203 now")
-    req = request(
-        said,
-        {
-            "amount": (120, "120"),
-            "from_account": ("DE11", "DE11"),
-            "to_account": ("DE02\u202e1203", "DE02\u202e1203"),
-        },
-    )
+    # A turn with a bidi control verifies nothing, so the value comes from the user's answer.
+    said = Said("Send 120 from DE11 now")
+    req = request(said, {"amount": (120, "120"), "from_account": ("DE11", "DE11")})
+    answers = {"arg:to_account": Answer("DE02\u202e1203", "user:alice", "a1")}
 
-    record = run(tool(), req, evidence(req))
+    record = run(tool(), req, evidence(req, answers=answers))
 
     question = next(q for q in record.questions if q.kind == "confirmation")
     assert "DE02\\u202e1203" in question.text and "\u202e" not in question.text

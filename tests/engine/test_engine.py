@@ -230,7 +230,10 @@ def test_a_system_only_slot_never_reaches_the_user(alice: Said) -> None:
     assert all(q.slot != "arg:from_account" for q in record.questions)
     empty = Observation("default_account", digest({}), NOW, value=None, id="o")
     record = run(definition, req, Evidence(now=NOW, observations={empty.key: empty}))
-    assert record.slot("arg:from_account").status == "null"
+    # A lookup's null for a required string is a value the tool refuses, and nobody may restate it: held.
+    slot = record.slot("arg:from_account")
+    assert (slot.status, slot.route, slot.refused) == ("unknown", "hold", "None is not of type 'string'")
+    assert record.verdict == "hold" and all(q.slot != "arg:from_account" for q in record.questions)
 
 
 # ---- payload ----------------------------------------------------------------------------------------
@@ -278,7 +281,7 @@ def test_an_optional_argument_answered_null_is_left_out(grounded: ExecutionReque
     assert record.verdict == "execute" and record.payload is not None and "memo" not in record.payload
 
 
-def test_a_present_but_invalid_value_resolves_its_slot_and_holds_on_the_payload(
+def test_a_present_but_invalid_value_is_asked_again_with_the_reason_not_held(
     grounded: ExecutionRequest,
 ) -> None:
     evidence = Evidence(
@@ -287,10 +290,13 @@ def test_a_present_but_invalid_value_resolves_its_slot_and_holds_on_the_payload(
         answers={**confirmed_to(), "arg:amount": Answer(-5, "user:alice")},
     )
     record = run(tool(), grounded, evidence)
-    assert record.slot("arg:amount").status == "known"
-    assert record.payload_valid is False
-    assert record.verdict == "hold"
-    assert any("amount" in e for e in record.payload_errors)
+    slot = record.slot("arg:amount")
+    assert (slot.status, slot.route, slot.gap) == ("unknown", "ask_user", "user_gap")
+    assert slot.refused == "-5 is less than or equal to the minimum of 0" and slot.candidate == -5
+    assert record.verdict == "ask"
+    (question,) = [q for q in record.questions if q.slot == "arg:amount"]
+    assert question.reason == slot.refused
+    assert record.payload is not None and "amount" not in record.payload
 
 
 def test_completeness_and_validity_are_separate_facts(alice: Said) -> None:
@@ -331,11 +337,11 @@ def test_an_edited_value_voids_its_confirmation(grounded: ExecutionRequest) -> N
 
 
 def test_a_large_transfer_needs_an_approval_of_the_exact_payload(alice: Said) -> None:
-    said = Said("Send 5,000 from DE11 to DE02 1203 0000 now")
+    said = Said("Send 5,000.00 from DE11 to DE02 1203 0000 now")
     req = request(
         said,
         {
-            "amount": (5000, "5,000"),
+            "amount": (5000, "5,000.00"),
             "from_account": ("DE11", "DE11"),
             "to_account": ("DE0212030000", "DE02 1203 0000"),
         },

@@ -45,6 +45,9 @@ def test_the_reasons_are_the_agreed_fixed_set() -> None:
         "value_mismatch",
         "unverifiable_value",
         "element_count_mismatch",
+        "not_a_whole_token",
+        "ambiguous_number",
+        "bidi_control",
     )
 
 
@@ -204,7 +207,7 @@ CC_SCHEMA = {"type": "array", "items": {"type": "string", "format": "email"}}
 def test_each_list_element_is_checked_against_its_own_span() -> None:
     conversation = [user(CC_TURN)]
     pointer = [span_of(conversation, 0, "alice@example.com"), span_of(conversation, 0, "Bob@Example.org")]
-    check = check_pointer(conversation, pointer, ["alice@example.com", "bob@example.org"], CC_SCHEMA)
+    check = check_pointer(conversation, pointer, ["alice@example.com", "Bob@example.org"], CC_SCHEMA)
     assert check == SpanCheck(ok=True, reason=None, text="alice@example.com | Bob@Example.org")
 
 
@@ -217,7 +220,7 @@ def test_list_elements_may_come_from_different_instruction_turns() -> None:
 def test_list_elements_are_checked_in_order() -> None:
     conversation = [user(CC_TURN)]
     pointer = [span_of(conversation, 0, "alice@example.com"), span_of(conversation, 0, "Bob@Example.org")]
-    check = check_pointer(conversation, pointer, ["bob@example.org", "alice@example.com"], CC_SCHEMA)
+    check = check_pointer(conversation, pointer, ["Bob@example.org", "alice@example.com"], CC_SCHEMA)
     assert (check.ok, check.reason) == (False, "value_mismatch")
 
 
@@ -290,19 +293,21 @@ def test_different_digits_do_not_match_however_spaced() -> None:
     assert not values_match("DE02 1203 0000", "DE0212030001")
 
 
-def test_strings_compare_ignoring_case_and_runs_of_whitespace() -> None:
-    assert values_match("Bob   the\tBuilder", "bob the builder")
+def test_strings_compare_ignoring_runs_of_whitespace_but_never_case() -> None:
+    assert values_match("Bob   the\tBuilder", "Bob the Builder")
+    assert not values_match("Bob   the\tBuilder", "bob the builder")
+    assert not values_match("bob", "BOB")
 
 
 def test_surrounding_quotes_brackets_and_sentence_punctuation_are_ignored() -> None:
     assert values_match('"Invoice 7".', "Invoice 7")
     assert values_match("(Bob)", "Bob")
-    assert values_match("«Bob»!", "bob")
+    assert values_match("«Bob»!", "Bob")
 
 
-def test_compatibility_forms_compare_equal_after_nfkc() -> None:
-    assert values_match("\uff21\uff22\uff23\uff11\uff12\uff13", "ABC123")  # fullwidth
-    assert values_match("ﬁle", "file")
+def test_compatibility_forms_never_stand_for_their_ascii_letters() -> None:
+    assert not values_match("\uff21\uff22\uff23\uff11\uff12\uff13", "ABC123")  # fullwidth
+    assert not values_match("ﬁle", "file")  # a ligature
 
 
 def test_a_different_word_does_not_match() -> None:
@@ -315,21 +320,25 @@ def test_an_empty_value_is_not_held_by_stray_punctuation() -> None:
     assert not values_match('"', '""')
 
 
-def test_enum_strings_compare_casefolded() -> None:
-    schema = {"type": "string", "enum": ["EXPRESS", "standard"]}
+def test_an_enum_word_matches_in_other_ascii_case_only_when_no_other_member_is_that_word() -> None:
+    schema = {"type": "string", "enum": ["EXPRESS", "standard", "straße"]}
     assert values_match("Express", "EXPRESS", schema)
-    assert values_match("STRASSE", "straße", schema)
+    assert not values_match("STRASSE", "straße", schema)  # no case folding beyond ASCII
+    twins = {"type": "string", "enum": ["read", "READ"]}
+    assert not values_match("Read", "read", twins)
+    assert values_match("read", "read", twins)
 
 
-def test_an_email_compares_casefolded_and_stripped() -> None:
+def test_an_email_compares_its_domain_ignoring_case_and_its_local_part_exactly() -> None:
     schema = {"type": "string", "format": "email"}
-    assert values_match("<Bob@Example.COM>.", "bob@example.com", schema)
+    assert values_match("<Bob@Example.COM>.", "Bob@example.com", schema)
+    assert not values_match("<Bob@Example.COM>.", "bob@example.com", schema)
 
 
 def test_an_email_with_inner_whitespace_is_a_different_address() -> None:
     schema = {"type": "string", "format": "email"}
     assert not values_match("bob 1@example.com", "bob1@example.com", schema)
-    assert values_match("bob 1@example.com", "bob1@example.com")  # without the format the digit rule applies
+    assert not values_match("bob 1@example.com", "bob1@example.com")  # not a grouped identifier either
 
 
 def test_a_date_matches_any_iso_spelling_of_the_same_day() -> None:
@@ -347,13 +356,13 @@ def test_a_date_that_is_not_iso_does_not_match() -> None:
 # --- booleans -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("word", ["yes", "Y", "TRUE", "on", "1", "Yes!"])
+@pytest.mark.parametrize("word", ["yes", "YES", "TRUE", "on", "Yes!", "“True”"])
 def test_yes_words_hold_true_and_not_false(word: str) -> None:
     assert values_match(word, True)
     assert not values_match(word, False)
 
 
-@pytest.mark.parametrize("word", ["no", "N", "False", "OFF", "0"])
+@pytest.mark.parametrize("word", ["no", "No.", "False", "OFF"])
 def test_no_words_hold_false_and_not_true(word: str) -> None:
     assert values_match(word, False)
     assert not values_match(word, True)
@@ -372,9 +381,11 @@ def test_a_yes_word_is_not_the_number_one() -> None:
 # --- numbers --------------------------------------------------------------------------------------------
 
 
-def test_one_comma_twelve_hundred_matches_1200() -> None:
-    assert values_match("1,200", 1200)
-    assert not values_match("1,200", 1.2)
+def test_one_comma_twelve_hundred_matches_1200_only_where_the_decimal_mark_is_a_point() -> None:
+    assert values_match("1,200", 1200, mark=".")
+    assert not values_match("1,200", 1.2, mark=".")
+    assert values_match("1,200", 1.2, mark=",")
+    assert not values_match("1,200", 1200) and not values_match("1,200", 1.2)
 
 
 def test_a_decimal_comma_is_read_as_a_decimal_mark() -> None:
@@ -406,7 +417,7 @@ def test_with_both_marks_the_last_one_is_the_decimal_mark(text: str, value: floa
         ("¥1200", 1200),
         ("EUR 120", 120),
         ("120 CHF", 120),
-        ("USD1,200", 1200),
+        ("USD1,200.00", 1200),
         ("1.200,50 EUR.", 1200.5),
         ("120\u00a0EUR", 120),
     ],
@@ -443,7 +454,7 @@ def test_a_sign_is_read(text: str, value: int) -> None:
 def test_a_number_in_parentheses_is_not_read_because_accountants_mean_negative() -> None:
     assert not values_match("(1,200)", 1200)
     assert not values_match("(1,200).", -1200)
-    assert values_match('"1,200"', 1200)
+    assert values_match('"1,200"', 1200, mark=".")
 
 
 def test_a_plus_sign_is_read_as_positive() -> None:
@@ -469,7 +480,7 @@ def test_word_numbers_are_not_read() -> None:
 @pytest.mark.parametrize(
     ("text", "tempting"),
     [
-        ("1.200.000", 1200000),  # dots alone are always decimal marks, and a number has only one
+        ("1.200.00", 120000),  # several dots are thousands groups only when every group has three digits
         ("1,20,000", 120000),  # lakh grouping is not thousands grouping
         ("12,,5", 12.5),
         ("12,,5", 125),
@@ -487,8 +498,8 @@ def test_ambiguous_or_malformed_numbers_do_not_match(text: str, tempting: float)
     assert not values_match(text, tempting)
 
 
-def test_a_fullwidth_number_is_read() -> None:
-    assert values_match("\uff11,\uff12\uff10\uff10", 1200)
+def test_a_fullwidth_number_is_not_read() -> None:
+    assert not values_match("\uff11\uff12\uff10\uff10", 1200)
 
 
 def test_a_number_value_does_not_match_a_list_or_other_types_of_value() -> None:
@@ -530,27 +541,31 @@ def test_a_pointer_that_verifies_always_covers_text_that_holds_the_value(
 @given(_conversation_and_span())
 def test_a_string_value_copied_from_the_span_verifies(located: tuple[list[Turn], Span]) -> None:
     conversation, span = located
-    text = conversation[0].content[span.start : span.end]
-    assume(any(c.isalnum() for c in unicodedata.normalize("NFKC", text)))
-    assert check_pointer(conversation, span, text) == SpanCheck(ok=True, reason=None, text=text)
+    content = conversation[0].content
+    text = content[span.start : span.end]
+    assume(any(c.isalnum() for c in text))
+    check = check_pointer(conversation, span, text)
+    # Either it verifies, or it was refused for cutting a token or for the turn's reordering controls.
+    assert check.ok or check.reason in ("not_a_whole_token", "bidi_control"), check
 
 
 @given(st.integers(min_value=-(10**15), max_value=10**15))
 def test_any_integer_matches_itself_with_comma_or_underscore_grouping(n: int) -> None:
-    assert values_match(f"{n:,}", n)
+    assert values_match(f"{n:,}", n, mark=".")
     assert values_match(f"{n:_}", n)
     assert values_match(f"{n:,}".replace(",", "\u202f"), n)
 
 
 @given(st.integers(min_value=-(10**15), max_value=10**15), st.integers(min_value=1, max_value=99))
 def test_a_grouped_integer_never_matches_a_different_integer(n: int, delta: int) -> None:
-    assert not values_match(f"{n:,}", n + delta)
+    assert not values_match(f"{n:,}", n + delta, mark=".")
+    assert not values_match(f"{n:,}", n + delta, mark=",")
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12))
 def test_any_float_matches_its_own_shortest_repr(x: float) -> None:
     assume("e" not in repr(x))
-    assert values_match(repr(x), x)
+    assert values_match(repr(x), x, mark=".")
 
 
 @given(_conversation_and_span(), _VALUES, st.sampled_from(["assistant", "tool"]), st.booleans())
@@ -560,3 +575,243 @@ def test_no_value_is_ever_verified_from_a_non_instruction_turn(
     conversation, span = located
     turn = Turn(role=role, content=conversation[0].content, trusted=trusted)
     assert not check_pointer([turn], span, value).ok
+
+
+# --- a pointer proves the user wrote that value, nothing less ----------------------------------------------
+
+
+def point(content: str, words: str, value: object, schema: dict[str, object] | None = None) -> SpanCheck:
+    conversation = [user(content)]
+    return check_pointer(conversation, span_of(conversation, 0, words), value, schema)
+
+
+@pytest.mark.parametrize(
+    ("content", "words", "value"),
+    [
+        ("Pay 1500 now", "500", 500),
+        ("Pay 1500 now", "150", 150),
+        ("to BOB7 please", "BOB", "BOB"),
+        ("Pay", "y", True),
+        ("Pay 50¹ EUR", "50", 50),
+        ("Pay -5 EUR", "5", 5),
+        ("Pay \u22125 EUR", "5", 5),
+        ("Pay ±5 EUR", "5", 5),
+        ("Pay 1.5 EUR", "5", 5),
+        ("Pay 1.5 EUR", "1", 1),
+        ("Pay 1,500 EUR", "500", 500),
+        ("Pay .5 EUR", "5", 5),
+        ("Pay 1e3 EUR", "1", 1),
+        ("Pay 50% of it", "50", 50),
+        ("account DE02-1203", "DE02", "DE02"),
+        ("mail bob.smith@example.com", "bob", "bob"),
+        ("mail bob.smith@example.com", "smith@example.com", "smith@example.com"),
+        ("Pay 1\u200b500 now", "500", 500),  # a zero-width space is not a boundary
+        ("Pay 1\u00ad500 now", "500", 500),  # nor a soft hyphen
+        ("Pay 500\u0301 now", "500", 500),  # a combining mark continues the token
+        ("to José now", "Jos", "Jos"),
+        ("to Jose\u0301 now", "Jose", "Jose"),
+        ("Pay 5\u0665 now", "5", 5),  # an Arabic-Indic digit continues the number
+        ("Pay 500x2 now", "500", 500),
+        ("id ABC_123", "ABC", "ABC"),
+        ("Pay 1 500 EUR", "500", 500),  # "1 500" may be fifteen hundred
+        ("Pay 1 500 EUR", "1", 1),
+        ("Pay 1\u202f500 EUR", "500", 500),
+        ("to DE02 1203 0000 now", "DE02", "DE02"),  # the first group of an IBAN
+        ("to DE02 1203 0000 now", "0000", "0000"),
+        ("Pay \u20135 EUR", "5", 5),  # an en dash used as a minus
+        ("Pay <5 EUR", "5", 5),
+        ("Pay ~5 EUR", "5", 5),
+        ("Pay 5\u00b75 EUR", "5", 5),  # a middle dot as a decimal mark
+        ("Pay 5+ EUR", "5", 5),
+        ("at 12:30 today", "12", 12),
+        ("on 2025-03-04", "2025", 2025),
+        ("take 3/4 of it", "3", 3),
+        ("the 1st one", "1", 1),
+        ("Pay 5\u20e3 now", "5", 5),  # a keycap is a combining mark
+        ("Pay 5\u00bd now", "5", 5),  # a vulgar fraction is a number
+    ],
+)
+def test_a_span_that_cuts_a_token_never_verifies(content: str, words: str, value: object) -> None:
+    assert point(content, words, value).reason == "not_a_whole_token"
+
+
+@pytest.mark.parametrize(
+    ("content", "words", "value"),
+    [
+        ("Pay 500 now", "500", 500),
+        ("Pay 500.", "500", 500),
+        ("Pay €500 now", "500", 500),
+        ("Pay (500) now", "500", 500),
+        ("Pay 500, then stop", "500", 500),
+        ("to Bob's account", "Bob", "Bob"),
+        ("to \u201cBOB\u201d", "BOB", "BOB"),
+        ("Pay -5 EUR", "-5", -5),
+        ("invoice #7", "7", 7),
+    ],
+)
+def test_a_span_on_token_boundaries_verifies(content: str, words: str, value: object) -> None:
+    assert point(content, words, value).ok
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("50\u00b9", 501),  # superscript one
+        ("\u2464\u2463", 54),  # circled digits
+        ("\u0665\u0660\u0660", 500),  # Arabic-Indic
+        ("\u096b\u0966\u0966", 500),  # Devanagari
+        ("\uff15\uff10\uff10", 500),  # fullwidth
+        ("\U0001d7d3\U0001d7ce\U0001d7ce", 500),  # mathematical bold digits
+        ("\uff22\uff2f\uff22", "BOB"),  # fullwidth letters
+        ("\u0412\u041e\u0412", "BOB"),  # Cyrillic look-alikes
+        ("B\u041eB", "BOB"),  # one Cyrillic O
+        ("\u0455ample", "sample"),  # Cyrillic dze
+        ("\u1d40\u1d3f\u1d41\u1d31", "TRUE"),  # modifier letters
+        ("\uff59\uff45\uff53", True),  # fullwidth yes
+        ("\u2160\u2161", "III"),  # Roman numeral letters
+        ("5\u200b00", 500),  # a zero-width space inside
+        ("B\u200dOB", "BOB"),  # a zero-width joiner inside
+    ],
+)
+def test_no_compatibility_form_or_look_alike_stands_for_an_ascii_value(text: str, value: object) -> None:
+    assert not values_match(text, value)
+    assert not values_match(text, value, mark=".")
+
+
+def test_str_isdigit_characters_that_are_not_ascii_digits_are_not_read_as_a_number() -> None:
+    for c in "\u00b2\u00b3\u00b9\u2070\u2074\u2080\u2460\u2776":
+        assert c.isdigit() and not c.isdecimal()
+        assert not values_match(f"1{c}", int(f"1{unicodedata.digit(c)}"))
+
+
+def test_identifiers_compare_case_sensitively() -> None:
+    assert not point("to acct bob7x", "bob7x", "BOB7X").ok
+    assert not point("ISBN 978-0-306-40615-X", "978-0-306-40615-X", "978-0-306-40615-x").ok
+    assert not values_match("de02 1203 0000", "DE0212030000")
+    assert point("to acct BOB7X", "BOB7X", "BOB7X").ok
+
+
+@pytest.mark.parametrize("word", ["1", "0", "y", "n", "ok", "sure", "yeah", "Pay", "yes please", "not false"])
+@pytest.mark.parametrize("value", [True, False])
+def test_a_boolean_verifies_only_from_an_explicit_word_for_it(word: str, value: bool) -> None:
+    assert not values_match(word, value)
+
+
+def test_an_enum_verifies_only_from_its_own_word() -> None:
+    schema = {"type": "string", "enum": ["standard", "express"]}
+    assert point("ship it express", "express", "express", schema).ok
+    assert not point("ship it fast", "fast", "express", schema).ok
+    assert not point("ship it expressly", "express", "express", schema).ok
+
+
+def test_a_negative_number_is_not_its_absolute_value_and_a_decimal_is_not_its_digits() -> None:
+    assert not values_match("-5", 5) and not values_match("5", -5)
+    assert not values_match("1.5", 15) and not values_match("15", 1.5)
+    assert not values_match("1.50", 150, mark=".")
+    assert not values_match("1e3", 1000) and not values_match("1E3", 1000.0)
+    assert not values_match("1_000e0", 1000)
+
+
+@pytest.mark.parametrize(
+    ("conversation", "words", "value", "ok"),
+    [
+        (["Pay 1.500 EUR"], "1.500", 1500, False),
+        (["Pay 1.500 EUR"], "1.500", 1.5, False),
+        (["Pay 1,500 EUR"], "1,500", 1500, False),
+        (["Pay 1,500 EUR and 2,345.50 more"], "1,500", 1500, True),
+        (["Pay 1,500 EUR and 2,345.50 more"], "1,500", 1.5, False),
+        (["Pay 1.500 EUR and 12,50 more"], "1.500", 1500, True),
+        (["Pay 1.500 EUR and 1.234.567 more"], "1.500", 1500, True),
+        (["Pay 1.500 EUR and 12.5 more"], "1.500", 1.5, True),
+        (["Pay 1.500 EUR and 12.5 or 12,5 more"], "1.500", 1500, False),  # both marks: no one reading
+        (["Pay 0.500 EUR"], "0.500", 0.5, True),  # a leading zero is never a thousands group
+        (["Pay 1.5 EUR"], "1.5", 1.5, True),
+        (["Pay 12,50 EUR"], "12,50", 12.5, True),
+    ],
+)
+def test_a_number_that_reads_two_ways_verifies_only_where_the_conversation_gives_one_reading(
+    conversation: list[str], words: str, value: float, ok: bool
+) -> None:
+    turns = [user(c) for c in conversation]
+    check = check_pointer(turns, span_of(turns, 0, words), value)
+    assert check.ok is ok, check
+
+
+def test_an_untrusted_turn_does_not_decide_how_the_users_number_reads() -> None:
+    turns = [user("Pay 1.500 EUR"), Turn(role="tool", content="Total: 12,50 EUR", trusted=True)]
+    check = check_pointer(turns, span_of(turns, 0, "1.500"), 1500)
+    assert check.reason == "ambiguous_number"
+
+
+def test_a_turn_that_reorders_its_text_on_screen_verifies_nothing() -> None:
+    # U+202E shows "Pay 005" as "Pay 500": what was stored is not what the user saw.
+    assert point("Pay \u202e005\u202c now", "005", "005").reason == "bidi_control"
+
+
+def test_canonically_equivalent_spellings_are_one_string_but_compatibility_forms_are_not() -> None:
+    assert values_match("Jose\u0301", "José")  # NFC: the same letters
+    assert not values_match("José", "Jose")
+
+
+def test_a_value_never_gains_characters_the_user_did_not_write() -> None:
+    assert not values_match("Bob Smith", "Bob\u00a0Smith")
+    assert not values_match("Bob", "Bob\u200b")
+    assert not values_match("500", "500 ")
+
+
+_WORD_TOUCHES = ["1", "9", "a", "Z", "\u00b9", "\u0665", "\u0301", "\u00e9", "\u2460", "\uff15"]
+
+
+@given(
+    st.integers(min_value=0, max_value=10**9),
+    st.sampled_from([*_WORD_TOUCHES, "-", "\u2212", "+", "\u00b1", ".", ","]),
+    st.sampled_from(_WORD_TOUCHES),
+    st.sampled_from(["", "\u200b", "\u2060", "\u00ad"]),
+)
+def test_a_number_touched_by_a_digit_letter_mark_or_sign_never_verifies(
+    n: int, before: str, after: str, invisible: str
+) -> None:
+    for left, right in ((before + invisible, ""), ("", invisible + after)):
+        content = f"Pay {left}{n}{right} now"
+        start = 4 + len(left)
+        check = check_pointer([user(content)], Span(0, start, start + len(str(n))), n)
+        assert not check.ok, content
+
+
+@given(st.text(min_size=1, max_size=8), st.text(min_size=1, max_size=8), st.text(min_size=0, max_size=8))
+def test_a_pointer_that_verifies_a_string_covers_text_no_letter_or_digit_touches(
+    before: str, word: str, after: str
+) -> None:
+    content = before + word + after
+    check = check_pointer([user(content)], Span(0, len(before), len(before) + len(word)), word)
+    if check.ok:
+        visible = [c for c in before if unicodedata.category(c) != "Cf"]
+        assert not visible or unicodedata.category(visible[-1])[0] not in "LNM"
+        visible = [c for c in after if unicodedata.category(c) != "Cf"]
+        assert not visible or unicodedata.category(visible[0])[0] not in "LNM"
+
+
+# Every character that some compatibility fold (NFKC, casefold) or digit reading turns into an ASCII letter or
+# digit without being one: superscripts, fullwidth, circled, mathematical, other scripts' digits, ligatures.
+_FOLDS_TO_ASCII = sorted(
+    c
+    for c in map(chr, range(0x80, 0x30000))
+    if ((folded := unicodedata.normalize("NFKC", c)) != c and folded.isascii() and folded.isalnum())
+    or (c.isdigit() and not c.isascii())
+)
+
+
+@given(
+    st.text(alphabet="ABCDEFXYZabcxyz0123456789", min_size=1, max_size=10),
+    st.data(),
+)
+def test_no_character_that_only_folds_to_ascii_ever_stands_for_it(word: str, data: st.DataObject) -> None:
+    i = data.draw(st.integers(0, len(word) - 1))
+    look_alike = data.draw(st.sampled_from(_FOLDS_TO_ASCII))
+    text = word[:i] + look_alike + word[i + 1 :]
+    conversation = [user(f"to {text} now")]
+    span = Span(0, 3, 3 + len(text))
+    assert not check_pointer(conversation, span, word).ok
+    if word.isdigit():
+        assert not check_pointer(conversation, span, int(word)).ok
+        assert not check_pointer(conversation, span, float(word)).ok

@@ -51,7 +51,9 @@ NESTED = "n"
 
 # verified: settles with the instruction; answer: settles with the user's answer; the rest never settle.
 CLEAN = ("verified", "answer")
-TAINTED = ("unpointed", "untrusted_tool", "untrusted_user", "assistant", "mismatch")
+# lookalike: a pointer at the value inside a longer token ("taintq" in "1taintq7"); fullwidth: at the value
+# spelled in fullwidth forms. Both point into the trusted turn, and neither may verify.
+TAINTED = ("unpointed", "untrusted_tool", "untrusted_user", "assistant", "mismatch", "lookalike", "fullwidth")
 CLEAN_POOL = ("absent", "absent", "verified", "verified", "answer", "answer_over_tainted")
 STATES = (*CLEAN_POOL, *TAINTED)
 
@@ -216,6 +218,15 @@ def request_of(case: Case) -> tuple[ExecutionRequest, Evidence]:
             texts[turn] += _render(value)
             candidates[path] = Candidate(value, Span(turn, start, len(texts[turn])))
             texts[turn] += ";"
+        elif state in ("lookalike", "fullwidth"):
+            written = _render(case.tainted[path])
+            if state == "fullwidth":
+                written = "".join(chr(ord(c) + 0xFEE0) if c.isascii() and c.isalnum() else c for c in written)
+            texts[0] += f" {path} is 1"
+            start = len(texts[0])
+            texts[0] += written
+            candidates[path] = Candidate(case.tainted[path], Span(0, start, len(texts[0])))
+            texts[0] += "7;"
         elif state == "unpointed":
             candidates[path] = Candidate(case.tainted[path], None)
         elif state == "mismatch":
@@ -388,6 +399,85 @@ def test_a_dependency_of_a_nested_object_is_asked_once_a_member_of_that_object_i
 @given(cases(supported_schemas()))
 def test_the_same_inputs_give_the_same_record(case: Case) -> None:
     assert run(case).to_json() == run(case).to_json()
+
+
+# --- undeclared arguments and closed schemas ----------------------------------------------------------------
+
+EXTRA = ("q", "r")  # names no generated schema declares
+CLOSURES: tuple[dict[str, Any], ...] = (
+    {},
+    {"additionalProperties": False},
+    {"unevaluatedProperties": False},
+    {"propertyNames": {"pattern": "^[a-dkn]$"}},
+    {"maxProperties": 3},
+    {"additionalProperties": {"type": "string"}},
+)
+
+
+@st.composite
+def open_schemas(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, str]]:
+    """Supported schemas that may refuse undeclared arguments, with candidates for some undeclared ones."""
+    schema, types = draw(supported_schemas())
+    schema = {**schema, **draw(st.sampled_from(CLOSURES))}
+    for name in _names(draw, EXTRA, max_size=2):
+        types[name] = draw(st.sampled_from(SCALARS))
+    return schema, types
+
+
+def grounded_paths(case: Case) -> set[str]:
+    return {p for p, s in case.states.items() if s in (*CLEAN, "answer_over_tainted")}
+
+
+@FAST
+@given(cases(open_schemas()))
+def test_execute_means_the_payload_validates_and_is_exactly_the_grounded_values(case: Case) -> None:
+    """Undeclared arguments included, look-alike spans among the proposals: nothing dropped, nothing added."""
+    record = run(case)
+    if record.verdict != "execute":
+        return
+    assert record.payload is not None
+    assert Draft202012Validator(case.schema).is_valid(record.payload), record.payload
+    assert record.payload == clean_payload(case), (record.payload, case.states)
+
+
+@FAST
+@given(cases(open_schemas()))
+def test_nothing_the_user_stated_or_the_model_proposed_is_missing_from_the_record(case: Case) -> None:
+    record = run(case)
+    keys = {s.key for s in record.slots}
+    for path, state in case.states.items():
+        if state == "absent":
+            continue
+        assert f"arg:{path}" in keys, (path, state, sorted(keys))
+        slot = record.slot(f"arg:{path}")
+        if path in grounded_paths(case):
+            # Settled, or not settled because the tool refuses it, and then the record says why.
+            assert slot.status == "known" or slot.refused is not None, slot
+        elif slot.status == "unknown":
+            assert slot.unverified and slot.candidate == case.tainted[path], slot
+
+
+@FAST
+@given(cases(open_schemas()))
+def test_a_grounded_undeclared_argument_the_tool_refuses_is_asked_about_never_run_without(case: Case) -> None:
+    record = run(case)
+    grounded = grounded_paths(case)
+    expected = clean_payload(case)
+    extras = [p for p in EXTRA if p in grounded]
+    if not extras or Draft202012Validator(case.schema).is_valid(expected):
+        return
+    assert record.verdict != "execute", record.payload
+
+
+@FAST
+@given(cases(open_schemas(), pool=("absent", "verified", "answer")))
+def test_clean_values_that_a_closed_or_open_schema_takes_execute_as_exactly_that_payload(case: Case) -> None:
+    expected = clean_payload(case)
+    if not Draft202012Validator(case.schema).is_valid(expected):
+        return
+    record = run(case)
+    assert record.verdict == "execute", (record.reasons, [s.key for s in record.slots if not s.settled])
+    assert record.payload == expected
 
 
 # --- unsupported constructs -------------------------------------------------------------------------------

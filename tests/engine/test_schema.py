@@ -400,9 +400,10 @@ def test_a_draft_07_schema_is_validated_as_draft_07() -> None:
     )
     definition = {"name": "pay", "inputSchema": schema, "x-preflight": {"state_change": "money is paid"}}
     record = run(definition, req)
-    assert record.payload == {"pair": ["abc", "x"]}
-    assert record.payload_valid is False
-    assert record.verdict != "execute"
+    # Refused by draft-07's positional items (issue 13: asked again with the reason, no longer held).
+    pair = record.slot("arg:pair")
+    assert pair.refused == "'x' is not of type 'integer'" and pair.route == "ask_user"
+    assert record.verdict == "ask" and record.payload == {}
 
 
 def test_a_malformed_id_leaves_references_to_be_held_instead_of_raising() -> None:

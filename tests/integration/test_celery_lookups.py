@@ -394,9 +394,11 @@ def test_a_deferred_trigger_lost_with_the_broker_is_caught_up_by_trigger_due(
 
 
 def _hold_while_looking_up(agent: Agent, execution_id: str) -> None:
-    """An answer that makes the payload invalid: the record holds, whatever a running lookup will say."""
+    """An answer that holds the record, whatever a running lookup will say: a value inside the scalar
+    amount has no place in the arguments. (An answer the tool's schema refuses, -5 for the amount, was the
+    way once; it is now refused with 422 invalid_answer before it counts.)"""
     answered = agent.client.post(
-        f"/api/v1/executions/{execution_id}/answers", {"answers": {"arg:amount": -5}}, format="json"
+        f"/api/v1/executions/{execution_id}/answers", {"answers": {"arg:amount.cents": 5}}, format="json"
     )
     assert answered.status_code == 200, answered.content
     assert answered.json()["verdict"] == "hold"

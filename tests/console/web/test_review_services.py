@@ -350,6 +350,23 @@ def test_rows_name_each_source_in_words() -> None:
     assert "stale" in rows["arg:e"].css and rows["arg:e"].flags[0].text.startswith("stale: observed 90s ago")
 
 
+def test_a_refused_value_shows_beside_its_slot_with_the_reason() -> None:
+    reason = "-5 is less than or equal to the minimum of 0"
+    record = {
+        "slots": [
+            {
+                "key": "arg:amount",
+                "status": "unknown",
+                "route": "ask_user",
+                "refused": {"value": -5, "reason": reason},
+            }
+        ]
+    }
+    (row,) = slot_rows(record, Context(now=datetime(2026, 1, 1, tzinfo=UTC)))
+    assert row.candidate == "-5"
+    assert ("refused", f"the tool refuses it: {reason}") in [(f.css, f.text) for f in row.flags]
+
+
 def test_overlapping_pointers_cut_the_turn_into_marked_segments() -> None:
     request = {"conversation": [{"role": "user", "content": "pay 120 to Bob now", "trusted": True}]}
     rows = [

@@ -380,6 +380,18 @@ def test_an_edit_is_read_by_the_arguments_type(approver: Client, held: models.Ex
     assert models.Answer.objects.filter(slot_key="arg:amount").count() == 1
 
 
+def test_a_reviewers_value_the_question_refuses_is_a_form_error_on_that_field_and_settles_nothing(
+    approver: Client, held: models.Execution
+) -> None:
+    before = latest(held)["record_digest"]
+    refused = approver.post(url(held, "answer"), {"slot": "arg:amount", "value": "-5"}, follow=True)
+
+    assert "arg:amount: -5 is less than or equal to the minimum of 0" in unescape(refused.content.decode())
+    assert not models.Answer.objects.filter(execution=held).exists()
+    assert latest(held)["record_digest"] == before
+    assert models.AuditEvent.objects.filter(execution_id=held.pk, kind="answer_refused").count() == 1
+
+
 def test_a_slot_that_no_answer_settles_cannot_be_edited(approver: Client, held: models.Execution) -> None:
     response = approver.post(url(held, "answer"), {"slot": "cond:not_to_self", "value": "true"}, follow=True)
 

@@ -1,0 +1,100 @@
+"""An answer is checked against its question before it counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from preflight import compile_plan, contract_from_mcp
+from preflight.answers import answer_problem, rememberable
+from preflight.engine import Plan
+
+TOOL: dict[str, Any] = {
+    "name": "order_book",
+    "inputSchema": {
+        "type": "object",
+        "$defs": {"isbn": {"type": "string", "pattern": "^97[89][0-9]{10}$"}},
+        "properties": {
+            "isbn": {"$ref": "#/$defs/isbn"},
+            "qty": {"type": "integer", "exclusiveMinimum": 0},
+            "note": {"type": "string"},
+            "ship": {"type": "object", "properties": {"city": {"type": "string", "minLength": 2}}},
+        },
+        "required": ["isbn", "qty"],
+    },
+    "x-preflight": {
+        "state_change": "a book is ordered",
+        "slots": {
+            "isbn": {"sources": ["user_answer", "instruction"]},
+            "note": {"sources": ["preset", "user_answer"]},
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    return compile_plan(contract_from_mcp("shop", TOOL))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("arg:isbn", "978316148410"),  # its pattern, through a $ref
+        ("arg:isbn", None),  # required: null cannot leave it out
+        ("arg:qty", -5),
+        ("arg:qty", 0),
+        ("arg:qty", "3"),
+        ("arg:qty", 1.5),
+        ("arg:qty", True),
+        ("arg:note", 7),
+        ("arg:ship.city", "X"),
+        ("fixed:timing", "soon"),
+        ("fixed:timing", "2026-12-01T10:00:00"),  # a date-time needs its offset
+        ("fixed:action_name", ""),
+    ],
+)
+def test_an_answer_its_question_would_refuse_has_a_problem(plan: Plan, key: str, value: Any) -> None:
+    assert answer_problem(plan, key, value, {}) is not None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("arg:isbn", "9783161484100"),
+        ("arg:qty", 3),
+        ("arg:note", None),  # optional: null leaves it out
+        ("arg:note", "rush"),
+        ("arg:ship.city", "Paris"),
+        ("arg:gift_wrap", {"colour": "blue"}),  # undeclared: the whole-payload validation decides
+        ("fixed:timing", "immediate"),
+        ("fixed:timing", "2026-12-01T10:00:00+00:00"),
+    ],
+)
+def test_an_answer_its_question_takes_has_none(plan: Plan, key: str, value: Any) -> None:
+    assert answer_problem(plan, key, value, {}) is None
+
+
+def test_the_question_asked_now_is_the_schema_an_answer_meets(plan: Plan) -> None:
+    asked = {"arg:gift_wrap": {"type": "null"}}  # "no setting for it; go ahead without it?"
+    assert answer_problem(plan, "arg:gift_wrap", None, asked) is None
+    assert answer_problem(plan, "arg:gift_wrap", True, asked) == "True is not of type 'null'"
+
+
+def test_a_choice_is_answered_by_its_label_or_its_index_and_nothing_else(plan: Plan) -> None:
+    asked = {"branch:#/oneOf": {"enum": ["by card", "by transfer"]}}
+    assert answer_problem(plan, "branch:#/oneOf", "by card", asked) is None
+    assert answer_problem(plan, "branch:#/oneOf", 1, asked) is None
+    assert answer_problem(plan, "branch:#/oneOf", 2, asked) is not None
+    assert answer_problem(plan, "branch:#/oneOf", "by cash", asked) is not None
+    assert answer_problem(plan, "branch:#/oneOf", True, asked) is not None
+
+
+def test_only_a_slot_that_takes_answers_and_presets_may_remember_one(plan: Plan) -> None:
+    assert rememberable(plan, "arg:qty")  # the default sources: user_answer, instruction, preset
+    assert rememberable(plan, "arg:note")
+    assert not rememberable(plan, "arg:isbn")
+    assert rememberable(plan, "fixed:timing")
+    assert not rememberable(plan, "fixed:tool")
+    assert not rememberable(None, "arg:qty")
