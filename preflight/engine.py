@@ -1007,6 +1007,7 @@ class _Run:
             self.slots[self.slots.index(old)] = slot
             if old in self.confirms:
                 self.confirms.remove(old)
+            self.drop_confirmation(key)
             self.unknown.append(slot)
             self.gaps.append(Gap("user_gap" if user else "source_gap", key, slot.detail or label))
         else:
@@ -1024,6 +1025,16 @@ class _Run:
             text = self.question_text(cfg, label, required)
             question = Question(key, text, schema, reason=reason, proposed=proposed)
         self.questions.append(question)
+
+    def drop_confirmation(self, key: str) -> None:
+        """The user's yes/no to a value the tool now refuses: it asks about (or binds) nothing any more, since
+        that value will not be sent; the restated value gets its own confirmation."""
+        ckey = CONFIRM_PREFIX + key
+        self.slots[:] = [s for s in self.slots if s.key != ckey]
+        self.unknown[:] = [s for s in self.unknown if s.key != ckey]
+        self.gaps[:] = [g for g in self.gaps if g.slot != ckey]
+        self.unmet[:] = [u for u in self.unmet if u.id != ckey]
+        self.questions[:] = [q for q in self.questions if q.slot != ckey]
 
     def undeclared(self, node: ObjectNode) -> None:
         """Values for arguments this object does not declare. What the user stated is never silently left

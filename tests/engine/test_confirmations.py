@@ -474,6 +474,23 @@ def test_only_the_recipient_the_user_confirmed_is_ever_sent(
         }
 
 
+def test_a_value_the_whole_payload_refuses_is_asked_again_and_never_put_to_the_user_to_confirm(
+    grounded: ExecutionRequest,
+) -> None:
+    definition = tool()
+    # Only the whole payload refuses it: the recipient is too long once the amount is 100 or more.
+    definition["inputSchema"]["if"] = {"properties": {"amount": {"minimum": 100}}}
+    definition["inputSchema"]["then"] = {"properties": {"to_account": {"maxLength": 5}}}
+
+    record = run(definition, grounded, evidence(grounded, answers=confirm()))
+
+    assert record.verdict == "ask"
+    assert [(q.slot, q.kind) for q in record.questions] == [("arg:to_account", "value")]
+    assert record.questions[0].reason is not None and "too long" in record.questions[0].reason
+    assert not any(s.key == "confirm:arg:to_account" for s in record.slots)
+    assert record.unmet == ()
+
+
 def test_a_value_is_shown_to_the_user_exactly_with_unseen_characters_spelled_out(alice: Said) -> None:
     # A turn with a bidi control verifies nothing, so the value comes from the user's answer.
     said = Said("Send 120 from DE11 now")
