@@ -1389,12 +1389,19 @@ class _Refusal:
     detail: str
 
 
-def execution_run(*, execution_id: Any, token: str, actor: str) -> RunOutcome:
+def execution_run(
+    *, execution_id: Any, token: str, actor: str, call_tool: Callable[..., Any] | None = None
+) -> RunOutcome:
     """The gate: only a grant issued for exactly this call runs it, once. Never retried. A contract that
-    declares re-checks has them measured again under its effect key's lock, held until the outcome is in."""
+    declares re-checks has them measured again under its effect key's lock, held until the outcome is in.
+
+    `call_tool` (same signature and failure classes as `connectors.call_tool`) is how the MCP gateway sends
+    the granted payload over its kept upstream session instead of a connection of its own."""
     try:
         with _effect_guard(execution_id=execution_id, token=token) as rechecked:
-            return _execution_run(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
+            return _execution_run(
+                execution_id=execution_id, token=token, actor=actor, rechecked=rechecked, call_tool=call_tool
+            )
     except Conflict as exc:
         if exc.code == "effect_busy":
             _record_busy(execution_id=execution_id, detail=exc.detail, actor=actor)
@@ -1413,14 +1420,21 @@ def _record_busy(*, execution_id: Any, detail: str, actor: str) -> None:
     )
 
 
-def _execution_run(*, execution_id: Any, token: str, actor: str, rechecked: _Rechecked | None) -> RunOutcome:
+def _execution_run(
+    *,
+    execution_id: Any,
+    token: str,
+    actor: str,
+    rechecked: _Rechecked | None,
+    call_tool: Callable[..., Any] | None = None,
+) -> RunOutcome:
     claim = _gate_claim(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
     if isinstance(claim, _Refusal):
         raise Conflict(claim.code, claim.detail)
     timeout = float(claim.connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S)
     result: Any = None
     try:
-        result = connectors.call_tool(
+        result = (call_tool or connectors.call_tool)(
             claim.connector, claim.server, claim.tool, claim.payload, timeout_s=timeout
         )
         status, detail = "executed", ""

@@ -4,6 +4,7 @@ Embedded mode is what you get with no DATABASE_URL: SQLite under var/, lookups r
 DEBUG on. Setting DATABASE_URL switches to server mode: PostgreSQL, a real broker, DEBUG off unless asked.
 """
 
+import hashlib
 import os
 import shlex
 import sys
@@ -202,7 +203,10 @@ PREFLIGHT_MCP_STDIO_ALLOW = env_command_lines(
     [
         f"{shlex.quote(python)} -m console.demo.{demo}{transport}"
         for python in dict.fromkeys(("python", "python3", sys.executable))
-        for demo in ("bank", "shop")
+        for demo in (
+            *("bank", "shop", "bookstore", "mail"),
+            *(f"home --provider {provider}" for provider in ("lumen", "homebase", "tips")),
+        )
         for transport in ("", " --transport stdio")
     ],
 )
@@ -221,6 +225,22 @@ PREFLIGHT_HTTP_ALLOW = env_hosts(
     "PREFLIGHT_HTTP_ALLOW",
     [f"{host}:{port}" for host in ("127.0.0.1", "localhost") for port in (8765, 8766)],
 )
+
+# MCP gateway (`manage.py mcp_gateway`)
+
+# Where people reach the console: the gateway's URL elicitations (a held call's review page) are absolute.
+PREFLIGHT_PUBLIC_URL = env_str("PREFLIGHT_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Keys that seal the 2026-07-28 `requestState` (the SDK's RequestStateBoundary, AES-256-GCM): comma-separated,
+# each at least 32 characters; the first seals, all unseal (rotation). Default: derived from the secret key,
+# so every gateway process of one deployment accepts the others' state.
+PREFLIGHT_MCP_STATE_KEYS = env_list(
+    "PREFLIGHT_MCP_STATE_KEYS",
+    [hashlib.sha256(b"preflight/mcp-request-state:" + SECRET_KEY.encode()).hexdigest()],
+)
+if any(len(key) < 32 for key in PREFLIGHT_MCP_STATE_KEYS):
+    raise ImproperlyConfigured("PREFLIGHT_MCP_STATE_KEYS: each key needs at least 32 characters")
+# How long a question's `requestState` stays good: the user's time to answer one form.
+PREFLIGHT_MCP_STATE_TTL_S = env_int("PREFLIGHT_MCP_STATE_TTL_S", 900, minimum=1)
 
 # Auth
 

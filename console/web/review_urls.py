@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import audit, review
+from console.web import audit, review, user_answers
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
@@ -17,6 +17,7 @@ urlpatterns = [
         "executions/<uuid:execution_id>/approve/", review.approve_execution, name="review-approve-execution"
     ),
     path("executions/<uuid:execution_id>/reject/", review.reject, name="review-reject"),
+    path("executions/<uuid:execution_id>/answers/", user_answers.user_answers, name="user-answers"),
     path("audit/", audit.records, name="audit-records"),
     path("audit/records/<int:record_id>/", audit.record_detail, name="audit-record"),
     path("audit/verify/", audit.verify, name="audit-verify"),

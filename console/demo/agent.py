@@ -1,0 +1,257 @@
+"""The demo's scripted agent: calls the demo tools through the MCP gateway (a real `manage.py mcp_gateway`
+over stdio, driven by the official Python client) the way an assistant would, with a scripted user behind
+the elicitation UI, so that the console opens on one execution of every verdict and route.
+
+Two scenarios cannot be said with one `tools/call` and go to the same services the Agent API calls: the
+smart home's "lights off" names no tool (the candidates are filtered by the intended change and the user is
+asked which), and a lookup still in flight (the embedded demo has no worker, so one lookup is left queued).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+
+from console.demo.bank import OPENING_BALANCES
+from console.gateway.server import (
+    CONFIRM_FIELD,
+    META_ACTION,
+    META_CONVERSATION,
+    META_POINTERS,
+    META_RECORD,
+    META_TIMING,
+)
+
+REQUESTER = "user:requester"
+ALICE_MAIN, ALICE_SAVINGS, BOB = list(OPENING_BALANCES)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def span(text: str, part: str) -> dict[str, int]:
+    start = text.index(part)
+    return {"turn": 0, "start": start, "end": start + len(part)}
+
+
+@dataclass
+class Scenario:
+    name: str
+    tool: str
+    arguments: dict[str, Any]
+    text: str
+    # Argument name -> the part of `text` that says it (the client's pointers).
+    said: dict[str, str] = field(default_factory=dict)
+    action: str | None = None
+    timing: dict[str, Any] | None = None  # with "said": the words of the timing
+    # How the scripted user answers: "accept" (with `answers`, else each field's default), "decline",
+    # "cancel"; URL elicitations are accepted (the user opens the page) unless "decline".
+    reply: str = "accept"
+    answers: dict[str, Any] = field(default_factory=dict)
+
+    def meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            META_CONVERSATION: [{"role": "user", "content": self.text, "trusted": True}],
+            META_POINTERS: {k: span(self.text, v) for k, v in self.said.items()},
+        }
+        if self.action:
+            meta[META_ACTION] = span(self.text, self.action)
+        if self.timing is not None:
+            timing = {k: v for k, v in self.timing.items() if k != "said"}
+            if "said" in self.timing:
+                timing["pointer"] = span(self.text, self.timing["said"])
+            meta[META_TIMING] = timing
+        return meta
+
+
+def scenarios(now: datetime) -> list[Scenario]:
+    tomorrow = (now + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
+    immediate = {"mode": "immediate", "said": "now"}
+    return [
+        Scenario(
+            "an order said in full runs at once",
+            "order_book",
+            {"isbn": "9780131103627"},
+            "Please order the book with ISBN 9780131103627 now.",
+            {"isbn": "9780131103627"},
+            "order",
+            immediate,
+        ),
+        Scenario(
+            "a title without its author is asked about; the user lets it wait",
+            "order_book",
+            {"title": "Python Crash Course"},
+            "Order Python Crash Course for me now.",
+            {"title": "Python Crash Course"},
+            "Order",
+            immediate,
+            reply="cancel",
+        ),
+        Scenario(
+            "a large transfer: balance looked up, recipient confirmation and approval by a second person",
+            "transfer_funds",
+            {"from_account": ALICE_MAIN, "to_account": BOB, "amount": 1500},
+            f"Send 1500 EUR from {ALICE_MAIN} to {BOB} now, it's the rent.",
+            {"from_account": ALICE_MAIN, "to_account": BOB, "amount": "1500"},
+            "Send",
+            immediate,
+        ),
+        Scenario(
+            "a transfer to the same account is blocked",
+            "transfer_funds",
+            {"from_account": ALICE_MAIN, "to_account": ALICE_MAIN, "amount": 50},
+            f"Move 50 EUR from {ALICE_MAIN} to my account {ALICE_MAIN} now.",
+            {"from_account": ALICE_MAIN, "to_account": ALICE_MAIN, "amount": "50"},
+            "Move",
+            immediate,
+        ),
+        Scenario(
+            "an order for tomorrow is deferred and preflighted again then",
+            "order_book",
+            {"isbn": "9781593279288"},
+            "Order ISBN 9781593279288 tomorrow at 9:00.",
+            {"isbn": "9781593279288"},
+            "Order",
+            {"mode": "at", "at": tomorrow.isoformat(), "said": "tomorrow at 9:00"},
+        ),
+        Scenario(
+            "a tool whose rules are only prose is held as a provider gap",
+            "delete_mailbox",
+            {"mailbox": "archive-2019"},
+            "Delete my old mailbox archive-2019 now.",
+            {"mailbox": "archive-2019"},
+            "Delete",
+            immediate,
+        ),
+        Scenario(
+            "a schema construct the engine does not interpret holds",
+            "set_scene",
+            {"scene": "evening"},
+            "Set the evening scene now.",
+            {"scene": "evening"},
+            "Set",
+            immediate,
+        ),
+        Scenario(
+            "an email the model drafted is sent once the user consents to the text",
+            "send_email",
+            {"to": "bob@example.com", "subject": "Late", "body": "Hi Bob, I'll be 20 minutes late. Alice"},
+            "Email bob@example.com with the subject Late that I'll be late, now.",
+            {"to": "bob@example.com", "subject": "Late"},
+            "Email",
+            immediate,
+        ),
+    ]
+
+
+class ScriptedUser:
+    def __init__(self) -> None:
+        self.scenario: Scenario | None = None
+        self.turns = 0
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.turns += 1
+        scenario = self.scenario
+        assert scenario is not None
+        if scenario.reply != "accept":
+            return types.ElicitResult(action=scenario.reply)  # type: ignore[arg-type]
+        if isinstance(params, types.ElicitRequestURLParams):
+            return types.ElicitResult(action="accept")  # opened the page; the approver decides later
+        content: dict[str, Any] = {}
+        for key, prop in params.requested_schema["properties"].items():
+            if key in scenario.answers:
+                content[key] = scenario.answers[key]
+            elif key == CONFIRM_FIELD:
+                content[key] = True
+            elif key == "fixed:timing":
+                content[key] = "immediate"
+            elif "default" in prop:
+                content[key] = prop["default"]
+            elif prop.get("type") == "string":
+                content[key] = scenario.text
+        return types.ElicitResult(action="accept", content=content)
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    verdict: str
+    outcome: str | None
+    turns: int
+    error: bool
+
+
+def gateway_params(env: Mapping[str, str] | None = None) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[str(REPO / "manage.py"), "mcp_gateway", "--principal", REQUESTER],
+        env=dict(env if env is not None else os.environ),
+        cwd=str(REPO),
+    )
+
+
+async def _drive(
+    params: StdioServerParameters, plan: list[Scenario], report: Callable[[Outcome], None]
+) -> None:
+    user = ScriptedUser()
+    async with Client(
+        params, mode="2026-07-28", elicitation_callback=user, read_timeout_seconds=120
+    ) as client:
+        for scenario in plan:
+            user.scenario, user.turns = scenario, 0
+            result = await client.call_tool(scenario.tool, scenario.arguments, meta=scenario.meta())  # type: ignore[arg-type]
+            record = (result.meta or {}).get(META_RECORD, {})
+            report(
+                Outcome(
+                    scenario.name,
+                    str(record.get("verdict")),
+                    record.get("outcome"),
+                    user.turns,
+                    bool(result.is_error),
+                )
+            )
+
+
+def run_through_gateway(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
+    anyio.run(_drive, gateway_params(env), scenarios(datetime.now(UTC)), report)
+
+
+def lights_off_request() -> dict[str, Any]:
+    text = "Turn off the lights in the kitchen now."
+    return {
+        "tool_candidates": [
+            {"server": "home-lumen", "tool": "set_light_state"},
+            {"server": "home-homebase", "tool": "switch_room_off"},
+            {"server": "home-tips", "tool": "turn_off_lights"},
+        ],
+        "intended_change": {"effect": "lights_off"},
+        "principal": REQUESTER,
+        "conversation": [{"role": "user", "content": text, "trusted": True}],
+        "candidates": {"room": {"value": "kitchen", "pointer": span(text, "kitchen")}},
+        "action_name": span(text, "Turn off"),
+        "timing": {"mode": "immediate", "pointer": span(text, "now")},
+    }
+
+
+def lookup_in_flight_request() -> dict[str, Any]:
+    text = f"Send 80 EUR from {ALICE_SAVINGS} to {BOB} now."
+    return {
+        "server": "bank",
+        "tool": "transfer_funds",
+        "principal": REQUESTER,
+        "conversation": [{"role": "user", "content": text, "trusted": True}],
+        "candidates": {
+            "from_account": {"value": ALICE_SAVINGS, "pointer": span(text, ALICE_SAVINGS)},
+            "to_account": {"value": BOB, "pointer": span(text, BOB)},
+            "amount": {"value": 80, "pointer": span(text, "80")},
+        },
+        "action_name": span(text, "Send"),
+        "timing": {"mode": "immediate", "pointer": span(text, "now")},
+    }

@@ -1,0 +1,760 @@
+"""The MCP gateway: an MCP server (the SDK's low-level `Server`) in front of upstream MCP servers, with every
+`tools/call` preflighted through the same services the REST API calls.
+
+What a client sends and gets:
+
+- `tools/list`: the pinned definitions of the fronted servers' tools, as the upstream listed them.
+- `tools/call`: the arguments are the model's candidates. Without pointers they are unverified and settle
+  nothing; the user settles them in a form, where each proposal is the field's default. A preflight-aware
+  client may send, in the request's `_meta`:
+
+  - ``dev.preflight/conversation``: the conversation, as the Agent API takes it (turns with `trusted`);
+  - ``dev.preflight/pointers``: ``{"<argument>": <pointer>}``, where in the conversation each argument is;
+  - ``dev.preflight/action_name``: a pointer to the user's words naming the action;
+  - ``dev.preflight/timing``: ``{"mode": "immediate" | "at", "at"?, "pointer"?}``.
+
+  Every result carries ``_meta["dev.preflight/record"]``: the execution id, its verdict and console URL.
+
+Verdicts: `ask` is one form elicitation per frontier (2026-07-28: an `InputRequiredResult` whose
+`requestState` the SDK's `RequestStateBoundary` seals; 2025-11-25: `elicitation/create` during the call);
+`hold` is a URL elicitation of the review page; `block` and a client that cannot be asked are tool errors
+that say why; `execute` sends exactly the granted payload upstream, once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.to_thread
+import mcp_types as types
+from django.conf import settings
+from django.db import close_old_connections
+from mcp.server.lowlevel import Server
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from console import connectors, models, records, services
+from console.errors import ServiceError
+from console.gateway import elicitation
+from console.gateway import services as gateway_services
+from console.gateway.upstream import Upstream
+
+logger = logging.getLogger(__name__)
+
+META_CONVERSATION = "dev.preflight/conversation"
+META_POINTERS = "dev.preflight/pointers"
+META_ACTION = "dev.preflight/action_name"
+META_TIMING = "dev.preflight/timing"
+META_RECORD = "dev.preflight/record"
+# The one input request of a round, in InputRequiredResult.inputRequests.
+INPUT_KEY = "preflight"
+# The form field of a trusted destructiveHint's confirmation of the call.
+CONFIRM_FIELD = "confirm:action"
+# Rounds one legacy call may take (answers that do not fit, a review that takes a while) before it stops.
+MAX_ROUNDS = 10
+# How long one call waits for lookups (verdict `measure`) before telling a 2026-07-28 client to retry.
+MEASURE_WAIT_S = 5.0
+_ROUNDS: contextvars.ContextVar[int] = contextvars.ContextVar("gateway_rounds", default=0)
+# A pin check this recent stands for the send that follows it in the same call.
+RECHECK_AFTER_S = 1.0
+ACTOR = "mcp-gateway"
+
+
+async def _db[T](fn: Callable[..., T], /, **kwargs: Any) -> T:
+    """Run a Django service in a worker thread (the ORM is synchronous)."""
+
+    def job() -> T:
+        close_old_connections()
+        return fn(**kwargs)
+
+    return await anyio.to_thread.run_sync(job)
+
+
+def _text(text: str, *, error: bool, record: Mapping[str, Any] | None = None) -> types.CallToolResult:
+    data: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": error}
+    if record is not None:
+        data["_meta"] = {META_RECORD: record}
+    return types.CallToolResult.model_validate(data)
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    form: bool
+    url: bool
+
+    @classmethod
+    def of(cls, ctx: Any) -> Caps:
+        caps = ctx.session.client_capabilities
+        e = caps.elicitation if caps is not None else None
+        if e is None:
+            return cls(False, False)
+        # An empty elicitation capability predates the modes and means form (spec, 2025-11-25).
+        return cls(e.form is not None or e.url is None, e.url is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Exposed:
+    upstream: Upstream
+    definition: dict[str, Any]
+    # The operator trusts this server's annotations (readOnlyHint passes, destructiveHint asks to confirm).
+    trusted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What the previous round of this call asked, for reading its answer."""
+
+    kind: str  # "form", "confirm", "url", "wait"
+    fields: tuple[str, ...] = ()
+    confirm: bool = False  # the form carried the call's confirmation
+    # The payload digest the user confirmed so far (carried from round to round), and the one a confirm
+    # round showed.
+    confirmed: str | None = None
+    shown: str | None = None
+    # The record a URL round showed: the same record after the user came back means nothing changed yet.
+    seq: int | None = None
+
+
+class Gateway:
+    def __init__(
+        self,
+        upstreams: Sequence[Upstream],
+        *,
+        principal: str,
+        public_url: str | None = None,
+        actor: str = ACTOR,
+    ) -> None:
+        self.upstreams = list(upstreams)
+        self.principal = principal
+        self.public_url = (public_url or settings.PREFLIGHT_PUBLIC_URL).rstrip("/")
+        self.actor = actor
+        self.tools: dict[str, Exposed] = {}
+        # (server, tool) -> (digest, when) of the last pin check that passed, so the send that follows it in
+        # the same call does not list the upstream again (a later round, after the user answered, does).
+        self._checked: dict[tuple[str, str], tuple[str, float]] = {}
+
+    # ---- start-up ------------------------------------------------------------------------------
+
+    async def open(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Connect every upstream and expose its pinned tools. A server the operator never imported is
+        refused: nothing of it could be gated."""
+        for upstream in self.upstreams:
+            await upstream.start(task_group)
+            pinned = await _db(_pinned_definitions, server=upstream.server)
+            if not pinned:
+                raise connectors.ToolCallFailed(
+                    f"server {upstream.server!r} has no tools in the catalog; an operator imports it first"
+                )
+            for name, (definition, trusted) in pinned.items():
+                if name in self.tools:
+                    raise connectors.ToolCallFailed(
+                        f"tool {name!r} is offered by {self.tools[name].upstream.server!r}"
+                        f" and {upstream.server!r}"
+                    )
+                self.tools[name] = Exposed(upstream, definition, trusted)
+
+    async def close(self) -> None:
+        for upstream in self.upstreams:
+            await upstream.close()
+
+    def server(self) -> Server[Any]:
+        server: Server[Any] = Server(
+            "preflight-gateway",
+            version="0.1.0",
+            instructions="Tool calls pass through Preflight: the user settles what the call needs.",
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+        )
+        security = RequestStateSecurity(
+            keys=settings.PREFLIGHT_MCP_STATE_KEYS,
+            ttl=float(settings.PREFLIGHT_MCP_STATE_TTL_S),
+            # One principal per gateway process; bound so a state minted for one user never serves another.
+            bind_principal=lambda ctx: self.principal,
+        )
+        server.middleware.append(RequestStateBoundary(security, default_audience="preflight-gateway"))
+        return server
+
+    # ---- handlers ------------------------------------------------------------------------------
+
+    async def list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[types.Tool.model_validate(t.definition) for t in self.tools.values()]
+        )
+
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        exposed = self.tools.get(params.name)
+        if exposed is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        arguments = dict(params.arguments or {})
+        caps = Caps.of(ctx)
+        if params.request_state is not None:
+            # Plaintext: the boundary verified the seal, expiry, tool, arguments and principal.
+            try:
+                state = json.loads(params.request_state)
+                execution_id = state["e"]
+                last = Round(
+                    state["k"],
+                    tuple(state.get("f") or ()),
+                    bool(state.get("c")),
+                    state.get("d"),
+                    state.get("s"),
+                    state.get("q"),
+                )
+            except (ValueError, KeyError, TypeError):
+                raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
+            if state.get("p") != self.principal or state.get("t") != params.name:
+                raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState")
+            response = (params.input_responses or {}).get(INPUT_KEY)
+            return await self._resume(ctx, exposed, execution_id, last, response, caps)
+        return await self._begin(ctx, exposed, params.name, arguments, params.meta, caps)
+
+    # ---- the first round -----------------------------------------------------------------------
+
+    async def _begin(
+        self, ctx: Any, exposed: Exposed, name: str, arguments: dict[str, Any], meta: Any, caps: Caps
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        checked = await self._pin_check(exposed, name, arguments)
+        if isinstance(checked, types.CallToolResult):
+            return checked
+        contract = checked
+        engine = records.engine_contract(contract)
+        if engine.read_only and contract.definition.get("annotations", {}).get("destructiveHint") is not True:
+            await _db(
+                gateway_services.gateway_read_only_pass,
+                contract=contract,
+                principal=self.principal,
+                arguments=arguments,
+                actor=self.actor,
+            )
+            try:
+                result = await exposed.upstream.call(name, arguments, self._timeout(exposed))
+            except (connectors.ToolCallFailed, connectors.OutcomeUnknown) as exc:
+                return _text(f"{name}: {exc}", error=True)
+            return types.CallToolResult.model_validate(result)
+        body = self._body(exposed, name, arguments, meta if isinstance(meta, Mapping) else {})
+        try:
+            execution = await _db(services.execution_create, body=body, token=None, actor=self.actor)
+        except ServiceError as exc:
+            return _text(f"{exc.code}: {exc.detail}", error=True)
+        return await self._advance(ctx, exposed, str(execution.pk), caps)
+
+    def _body(
+        self, exposed: Exposed, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        pointers = meta.get(META_POINTERS)
+        pointers = pointers if isinstance(pointers, Mapping) else {}
+        candidates = {
+            key: {"value": value, **({"pointer": pointers[key]} if key in pointers else {})}
+            for key, value in arguments.items()
+        }
+        body: dict[str, Any] = {
+            "server": exposed.upstream.server,
+            "tool": name,
+            "principal": self.principal,
+            "conversation": meta.get(META_CONVERSATION) or [],
+            "candidates": candidates,
+        }
+        if META_ACTION in meta:
+            body["action_name"] = meta[META_ACTION]
+        if META_TIMING in meta:
+            body["timing"] = meta[META_TIMING]
+        return body
+
+    def _timeout(self, exposed: Exposed) -> float:
+        return float(exposed.upstream.config.timeout_s or settings.PREFLIGHT_TOOL_TIMEOUT_S)
+
+    async def _pin_check(
+        self, exposed: Exposed, name: str, arguments: Mapping[str, Any]
+    ) -> models.ToolContract | types.CallToolResult:
+        """The pinned contract if the upstream's live definition still hashes to it; else the refusal,
+        recorded with a provider gap, before anything is sent."""
+        contract = await _db(gateway_services.pinned_contract, server=exposed.upstream.server, tool=name)
+        try:
+            live_tools = await exposed.upstream.list_tools()
+        except connectors.ToolCallFailed as exc:
+            return _text(f"{name}: the upstream could not be reached, nothing was sent: {exc}", error=True)
+        live = next((t for t in live_tools if t.get("name") == name), None)
+        live_digest = None
+        if live is not None and contract is not None:
+            live_digest = gateway_services.live_digest(
+                exposed.upstream.server,
+                live,
+                annotations_trusted=contract.annotations_trusted,
+                sidecar=contract.definition.get("x-preflight"),
+            )
+        if contract is not None and live_digest == contract.digest:
+            self._checked[(exposed.upstream.server, name)] = (contract.digest, time.monotonic())
+            return contract
+        execution = await _db(
+            gateway_services.gateway_pin_refusal,
+            server=exposed.upstream.server,
+            tool=name,
+            live=live,
+            live_contract_digest=live_digest,
+            principal=self.principal,
+            arguments=arguments,
+            actor=self.actor,
+        )
+        return _text(
+            f"{name}: refused, nothing was sent: the tool's definition changed since an operator approved it;"
+            " an operator must review it and import it again.",
+            error=True,
+            record=self._summary(str(execution.pk), "block"),
+        )
+
+    # ---- later rounds --------------------------------------------------------------------------
+
+    async def _resume(
+        self, ctx: Any, exposed: Exposed, execution_id: str, last: Round, response: Any, caps: Caps
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        if last.kind == "wait":
+            return await self._advance(ctx, exposed, execution_id, caps, confirmed=last.confirmed)
+        answer = _elicit_result(response)
+        if answer is None:
+            return _text("the answer to the elicitation is missing from inputResponses", error=True)
+        return await self._take(ctx, exposed, execution_id, last, answer, caps)
+
+    async def _take(
+        self,
+        ctx: Any,
+        exposed: Exposed,
+        execution_id: str,
+        last: Round,
+        answer: types.ElicitResult,
+        caps: Caps,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Read the user's answer to the previous round, record it, and go on."""
+        taken = _ROUNDS.get() + 1
+        _ROUNDS.set(taken)  # per request: a 2025-11-25 call asks all its rounds inside one request
+        if taken > MAX_ROUNDS:
+            return _text(
+                "Too many rounds; nothing was executed.",
+                error=True,
+                record=self._summary(execution_id, "ask"),
+            )
+        if answer.action != "accept":
+            await _db(
+                gateway_services.gateway_decline,
+                execution_id=execution_id,
+                action=answer.action,
+                asked=list(last.fields) or [last.kind],
+                principal=self.principal,
+                actor=self.actor,
+            )
+            word = "declined" if answer.action == "decline" else "cancelled"
+            return _text(
+                f"The user {word}; nothing was executed.",
+                error=True,
+                record=self._summary(execution_id, word),
+            )
+        content = answer.content or {}
+        problem = ""
+        confirmed = last.confirmed
+        if last.kind == "form":
+            latest = await _db(_record, execution_id=execution_id)
+            form = self._form(exposed, latest)
+            answers = {k: v for k, v in form.answers(content).items() if k in last.fields}
+            if answers:
+                try:
+                    await _db(
+                        services.execution_answer,
+                        execution_id=execution_id,
+                        answers=answers,
+                        answered_by=self.principal,
+                        channel="agent",
+                        actor=f"{self.actor}:elicitation",
+                    )
+                except ServiceError as exc:
+                    problem = f"That answer could not be used ({exc.detail}). Please answer again."
+            if last.confirm and content.get(CONFIRM_FIELD) is True and not problem:
+                # The yes covers the call only if the user saw every argument of it in this form: as a field,
+                # or listed as already given with the value it still has.
+                shown = _settled(latest)
+                after = await _db(_record, execution_id=execution_id)
+                payload = after.get("payload") or {}
+                if after.get("payload_valid") and all(
+                    f"arg:{k}" in answers or shown.get(f"arg:{k}", _MISSING) == v for k, v in payload.items()
+                ):
+                    confirmed = await self._confirm(execution_id, after)
+        elif last.kind == "url":
+            latest = await _db(_record, execution_id=execution_id)
+            if latest.get("seq") == last.seq:
+                page = latest["console_url"] + ("answers/" if latest["verdict"] == "ask" else "")
+                return _unchanged(self.public_url + page, self._summary(execution_id, latest["verdict"]))
+        elif last.kind == "confirm":
+            if content.get(CONFIRM_FIELD) is not True:
+                await _db(
+                    gateway_services.gateway_decline,
+                    execution_id=execution_id,
+                    action="decline",
+                    asked=[CONFIRM_FIELD],
+                    principal=self.principal,
+                    actor=self.actor,
+                )
+                return _text(
+                    "The user did not confirm; nothing was executed.",
+                    error=True,
+                    record=self._summary(execution_id, "declined"),
+                )
+            latest = await _db(_record, execution_id=execution_id)
+            if latest.get("payload_digest") == last.shown:
+                confirmed = await self._confirm(execution_id, latest)
+        return await self._advance(ctx, exposed, execution_id, caps, problem=problem, confirmed=confirmed)
+
+    # ---- one verdict at a time ---------------------------------------------------------------------
+
+    async def _advance(
+        self,
+        ctx: Any,
+        exposed: Exposed,
+        execution_id: str,
+        caps: Caps,
+        *,
+        problem: str = "",
+        confirmed: str | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Act on the latest verdict. On 2026-07-28 a question ends this request (the client answers and
+        retries); on 2025-11-25 the question is asked here and the loop goes on."""
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        waited = 0.0
+        for _ in range(MAX_ROUNDS):
+            latest = await _db(_record, execution_id=execution_id)
+            verdict = latest["verdict"]
+            summary = self._summary(execution_id, verdict)
+            if verdict == "measure":
+                if waited >= MEASURE_WAIT_S:
+                    if modern:
+                        step = Round("wait", confirmed=confirmed)
+                        return self._input_required(ctx, exposed, execution_id, step, None)
+                    return _text("Lookups are still running; call again shortly.", error=True, record=summary)
+                await anyio.sleep(0.1)
+                waited += 0.1
+                continue
+            if verdict == "execute":
+                if self._destructive(exposed, latest) and confirmed != latest.get("payload_digest"):
+                    ask = self._confirm_form(exposed, latest)
+                    step = Round("confirm", (CONFIRM_FIELD,), True, confirmed, latest.get("payload_digest"))
+                    if not caps.form:
+                        return _text(
+                            "This call changes things irreversibly and needs the user's confirmation, but"
+                            " this client declared no form elicitation capability.",
+                            error=True,
+                            record=summary,
+                        )
+                    if modern:
+                        return self._input_required(ctx, exposed, execution_id, step, ask)
+                    result = await ctx.session.elicit_form(
+                        ask.message, ask.requested_schema, related_request_id=ctx.request_id
+                    )
+                    outcome = await self._take(ctx, exposed, execution_id, step, result, caps)
+                    return outcome
+                return await self._run(exposed, execution_id, latest)
+            if verdict == "ask":
+                form = self._form(exposed, latest, problem=problem)
+                problem = ""
+                if not form.fields:
+                    return await self._by_url(
+                        ctx, exposed, execution_id, latest, caps, questions=True, confirmed=confirmed
+                    )
+                if not caps.form:
+                    asked = ", ".join(q.get("text") or q["slot"] for q in latest.get("questions") or [])
+                    return _text(
+                        f"This call needs answers from the user ({asked}), but this client declared no form"
+                        " elicitation capability, so nothing was executed.",
+                        error=True,
+                        record=summary,
+                    )
+                with_confirm = CONFIRM_FIELD in form.requested_schema["properties"]
+                step = Round("form", tuple(f.slot for f in form.fields), with_confirm, confirmed)
+                if modern:
+                    return self._input_required(ctx, exposed, execution_id, step, form)
+                result = await ctx.session.elicit_form(
+                    form.message, form.requested_schema, related_request_id=ctx.request_id
+                )
+                return await self._take(ctx, exposed, execution_id, step, result, caps)
+            if verdict == "hold":
+                return await self._by_url(
+                    ctx, exposed, execution_id, latest, caps, questions=False, confirmed=confirmed
+                )
+            if verdict == "block":
+                unmet = ", ".join(u["id"] for u in latest.get("unmet") or []) or "a prohibiting condition"
+                reasons = "; ".join(latest.get("reasons") or [])
+                return _text(
+                    f"Blocked, nothing was executed: {unmet} is not met. {reasons}".strip(),
+                    error=True,
+                    record=summary,
+                )
+            if verdict == "deferred":
+                return _text(
+                    f"Deferred to {latest.get('timing_at')}: preflighted again then; nothing ran now.",
+                    error=True,
+                    record=summary,
+                )
+            return _text(f"Unexpected verdict {verdict!r}; nothing was executed.", error=True, record=summary)
+        return _text(
+            "Too many rounds; nothing was executed.", error=True, record=self._summary(execution_id, "ask")
+        )
+
+    async def _by_url(
+        self,
+        ctx: Any,
+        exposed: Exposed,
+        execution_id: str,
+        latest: Mapping[str, Any],
+        caps: Caps,
+        *,
+        questions: bool,
+        confirmed: str | None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        # Questions go to the requester's own answer page; a hold to the review page.
+        url = self.public_url + latest["console_url"] + ("answers/" if questions else "")
+        summary = self._summary(execution_id, latest["verdict"])
+        what = (
+            "This call needs answers a form cannot carry"
+            if questions
+            else "This call is held for review by an approver"
+        )
+        if not caps.url:
+            return _text(
+                f"{what}: {url} — this client declared no URL elicitation capability; open the page there."
+                " Nothing was executed.",
+                error=True,
+                record=summary,
+            )
+        message = f"{what}. Open {url}, and accept here once it is done."
+        step = Round("url", ("url",), confirmed=confirmed, seq=latest.get("seq"))
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            request = types.ElicitRequest(params=types.ElicitRequestURLParams(message=message, url=url))
+            return types.InputRequiredResult(
+                input_requests={INPUT_KEY: request},
+                request_state=self._state(ctx, exposed, execution_id, step),
+            )
+        result = await ctx.session.elicit_url(
+            message,
+            url,
+            elicitation_id=f"{execution_id}:{latest.get('seq')}",
+            related_request_id=ctx.request_id,
+        )
+        if result.action != "accept":
+            return await self._take(ctx, exposed, execution_id, step, result, caps)
+        after = await _db(_record, execution_id=execution_id)
+        if after.get("seq") == latest.get("seq"):
+            return _unchanged(url, summary)
+        return await self._advance(ctx, exposed, execution_id, caps, confirmed=confirmed)
+
+    # ---- pieces ----------------------------------------------------------------------------------
+
+    def _state(self, ctx: Any, exposed: Exposed, execution_id: str, step: Round) -> str:
+        tool = next(name for name, e in self.tools.items() if e is exposed)
+        state = {"e": execution_id, "p": self.principal, "t": tool, "k": step.kind, "f": list(step.fields)}
+        if step.confirm:
+            state["c"] = True
+        if step.confirmed:
+            state["d"] = step.confirmed
+        if step.shown:
+            state["s"] = step.shown
+        if step.seq is not None:
+            state["q"] = step.seq
+        return json.dumps(state, separators=(",", ":"))
+
+    def _input_required(
+        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
+    ) -> types.InputRequiredResult:
+        requests = None
+        if form is not None:
+            request = types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message=form.message, requested_schema=form.requested_schema
+                )
+            )
+            requests = {INPUT_KEY: request}
+        return types.InputRequiredResult(
+            input_requests=requests, request_state=self._state(ctx, exposed, execution_id, step)
+        )
+
+    def _destructive(self, exposed: Exposed, latest: Mapping[str, Any]) -> bool:
+        annotations = exposed.definition.get("annotations") or {}
+        return exposed.trusted and annotations.get("destructiveHint") is True
+
+    def _form(self, exposed: Exposed, latest: Mapping[str, Any], *, problem: str = "") -> elicitation.Form:
+        candidates = {
+            s["key"]: s["candidate"]["value"]
+            for s in latest.get("slots") or []
+            if isinstance(s.get("candidate"), Mapping)
+        }
+        form = elicitation.build_form(
+            latest.get("questions") or [],
+            candidates=candidates,
+            intro=f"To {_tool_words(exposed)}, please answer:",
+            problem=problem,
+        )
+        if form.fields and self._destructive(exposed, latest):
+            settled = _settled(latest)
+            if settled:
+                given = "; ".join(f"{k[4:]}: {json.dumps(v, ensure_ascii=False)}" for k, v in settled.items())
+                form = replace(form, message=f"{form.message}\nAlready given: {given}")
+            prop = {"type": "boolean", "title": "Yes, do this with these values", "default": False}
+            form.requested_schema["properties"][CONFIRM_FIELD] = prop
+            form.requested_schema["required"].append(CONFIRM_FIELD)
+        return form
+
+    def _confirm_form(self, exposed: Exposed, latest: Mapping[str, Any]) -> elicitation.Form:
+        payload = json.dumps(latest.get("payload"), sort_keys=True, ensure_ascii=False)
+        message = f"Confirm: {_tool_words(exposed)} with {payload}. This cannot be undone."
+        schema = {
+            "type": "object",
+            "properties": {CONFIRM_FIELD: {"type": "boolean", "title": "Yes, do this", "default": False}},
+            "required": [CONFIRM_FIELD],
+        }
+        return elicitation.Form(message, (), (), schema)
+
+    async def _run(
+        self, exposed: Exposed, execution_id: str, latest: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        summary = self._summary(execution_id, "execute")
+        token = latest.get("grant")
+        if token is None:
+            try:
+                await _db(services.grant_issue, execution_id=execution_id)
+            except ServiceError as exc:
+                return _text(f"{exc.code}: {exc.detail}", error=True, record=summary)
+            token = (await _db(_record, execution_id=execution_id)).get("grant")
+        pinned_digest = latest.get("contract_digest")
+
+        def forward(
+            connector: Any, server: str, tool: str, payload: Mapping[str, Any], *, timeout_s: float
+        ) -> Any:
+            return anyio.from_thread.run(
+                self._forward, exposed, tool, dict(payload), timeout_s, pinned_digest
+            )
+
+        try:
+            outcome = await _db(
+                services.execution_run,
+                execution_id=execution_id,
+                token=token,
+                actor=self.actor,
+                call_tool=forward,
+            )
+        except ServiceError as exc:
+            return _text(f"{exc.code}: {exc.detail}", error=True, record=summary)
+        summary = {**summary, "outcome": outcome.outcome}
+        if outcome.outcome == "executed":
+            return types.CallToolResult.model_validate({**outcome.result, "_meta": {META_RECORD: summary}})
+        if isinstance(outcome.result, Mapping) and "content" in outcome.result:
+            return types.CallToolResult.model_validate({**outcome.result, "_meta": {META_RECORD: summary}})
+        word = "may or may not have acted (not retried)" if outcome.outcome == "outcome_unknown" else "failed"
+        return _text(f"The call {word}: {outcome.detail}", error=True, record=summary)
+
+    async def _forward(
+        self, exposed: Exposed, tool: str, payload: dict[str, Any], timeout_s: float, pinned_digest: Any
+    ) -> Any:
+        """Send the granted payload, once, if the live definition is still the one the grant names."""
+        digest, when = self._checked.get((exposed.upstream.server, tool), ("", -RECHECK_AFTER_S))
+        if digest != pinned_digest or time.monotonic() - when > RECHECK_AFTER_S:
+            await self._recheck(exposed, tool, pinned_digest)
+        result = await exposed.upstream.call(tool, payload, timeout_s)
+        if result.get("isError"):
+            raise connectors.ToolCallFailed(
+                f"{tool!r} reported an error: {connectors._first_text(result)}", result=result
+            )
+        return result
+
+    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
+        contract = await _db(gateway_services.pinned_contract, server=exposed.upstream.server, tool=tool)
+        live = next((t for t in await exposed.upstream.list_tools() if t.get("name") == tool), None)
+        if (
+            contract is None
+            or live is None
+            or contract.digest != pinned_digest
+            or gateway_services.live_digest(
+                exposed.upstream.server,
+                live,
+                annotations_trusted=contract.annotations_trusted,
+                sidecar=contract.definition.get("x-preflight"),
+            )
+            != pinned_digest
+        ):
+            raise connectors.ToolCallFailed(f"{tool!r}: the upstream definition changed; nothing was sent")
+
+    async def _confirm(self, execution_id: str, latest: Mapping[str, Any]) -> str | None:
+        await _db(
+            gateway_services.gateway_confirm,
+            execution_id=execution_id,
+            payload=latest.get("payload"),
+            principal=self.principal,
+            actor=self.actor,
+        )
+        digest = latest.get("payload_digest")
+        return str(digest) if digest else None
+
+    def _summary(self, execution_id: str, verdict: str) -> dict[str, Any]:
+        return {
+            "id": execution_id,
+            "verdict": verdict,
+            "console_url": f"{self.public_url}/executions/{execution_id}/",
+        }
+
+
+_MISSING = object()
+
+
+def _unchanged(url: str, summary: Mapping[str, Any]) -> types.CallToolResult:
+    """The user came back from the page and nothing there has changed yet (no review, no answer)."""
+    held = summary.get("verdict") == "hold"
+    what = "Still held for review" if held else "Still waiting for the answers"
+    return _text(f"{what} at {url}; nothing was executed yet.", error=True, record=summary)
+
+
+def _settled(latest: Mapping[str, Any]) -> dict[str, Any]:
+    """The argument values the record already holds (settled from a verified source)."""
+    return {
+        s["key"]: s["value"]
+        for s in latest.get("slots") or []
+        if s["key"].startswith("arg:") and s.get("status") == "known"
+    }
+
+
+def _tool_words(exposed: Exposed) -> str:
+    title = exposed.definition.get("title") or (exposed.definition.get("annotations") or {}).get("title")
+    return f"run {title or exposed.definition['name']}"
+
+
+def _elicit_result(response: Any) -> types.ElicitResult | None:
+    if isinstance(response, types.ElicitResult):
+        return response
+    if isinstance(response, Mapping):
+        try:
+            return types.ElicitResult.model_validate(response)
+        except ValueError:
+            return None
+    return None
+
+
+def _record(*, execution_id: str) -> dict[str, Any]:
+    return records.record_answer(models.Execution.objects.get(pk=execution_id))
+
+
+def _pinned_definitions(*, server: str) -> dict[str, tuple[dict[str, Any], bool]]:
+    """The current, valid contracts of a server as the client sees them: the upstream's Tool objects, without
+    the `x-preflight` that import merged in (the gate reads it; the client never did)."""
+    rows = models.ToolContract.objects.filter(server__name=server, current=True, valid=True).order_by("pk")
+    out: dict[str, tuple[dict[str, Any], bool]] = {}
+    for row in rows:
+        definition = {k: v for k, v in row.definition.items() if k != "x-preflight"}
+        out[row.name] = (definition, row.annotations_trusted)
+    return out

@@ -1,0 +1,263 @@
+"""`manage.py demo` (what `make demo` runs): the first-run demo, embedded (SQLite, lookups in-process).
+
+Migrates, loads the demo catalog from the demo MCP servers in console/demo/ (the bank over streamable HTTP,
+the others over stdio), lets the scripted agent (console/demo/agent.py) call them through the MCP gateway,
+then serves the console and the gateway (streamable HTTP) and prints where, the demo users and the MCP
+client configuration. Ctrl-C (or SIGTERM) stops everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from console import celery_app, connectors, models, services
+from console.demo import agent
+from console.env import env_hosts
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = ("approver", "operator", "auditor")
+# One user per role, and the requester the agent acts for. Published passwords: embedded demo only.
+USERS = {
+    "requester": ("demo-requester", ()),
+    "approver": ("demo-approver", ("approver",)),
+    "operator": ("demo-operator", ("operator",)),
+    "auditor": ("demo-auditor", ("auditor",)),
+}
+STDIO_SERVERS = {
+    "bookstore": (["-m", "console.demo.bookstore"], True),
+    "mail": (["-m", "console.demo.mail"], True),
+    "home-lumen": (["-m", "console.demo.home", "--provider", "lumen"], False),
+    "home-homebase": (["-m", "console.demo.home", "--provider", "homebase"], False),
+    "home-tips": (["-m", "console.demo.home", "--provider", "tips"], False),
+}
+
+
+class Command(BaseCommand):
+    help = "Run the first-run demo: catalog, scripted agent through the MCP gateway, console and gateway."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=8000, help="the console")
+        parser.add_argument(
+            "--gateway-port", type=int, default=8766, help="the MCP gateway (streamable HTTP)"
+        )
+        parser.add_argument("--bank-port", type=int, default=8765, help="the demo bank's MCP server")
+        parser.add_argument("--no-serve", action="store_true", help="load and drive the demo, then stop")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.DEBUG or not settings.EMBEDDED:
+            raise CommandError("the demo runs embedded only (no DATABASE_URL), where DEBUG is on")
+        call_command("migrate", interactive=False, verbosity=0)
+        children: list[subprocess.Popen[bytes]] = []
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        # The demo's own loopback servers are what this deployment may reach (the defaults name the default
+        # ports); the children read the same variable.
+        hosts = [f"127.0.0.1:{options['bank_port']}", f"127.0.0.1:{options['gateway_port']}"]
+        os.environ["PREFLIGHT_HTTP_ALLOW"] = ",".join(
+            dict.fromkeys([*filter(None, os.environ.get("PREFLIGHT_HTTP_ALLOW", "").split(",")), *hosts])
+        )
+        settings.PREFLIGHT_HTTP_ALLOW = env_hosts("PREFLIGHT_HTTP_ALLOW", [])
+        try:
+            bank_url = f"http://127.0.0.1:{options['bank_port']}/mcp"
+            children.append(
+                _start(
+                    [
+                        sys.executable,
+                        "-m",
+                        "console.demo.bank",
+                        "--transport",
+                        "http",
+                        "--port",
+                        str(options["bank_port"]),
+                    ]
+                )
+            )
+            _wait_for_port(options["bank_port"], children[-1])
+            self.seed_users()
+            if not models.Server.objects.filter(name="bookstore").exists():
+                self.seed_catalog(bank_url)
+                self.drive()
+            else:
+                self.stdout.write("demo: already loaded (delete var/ to start over)")
+            if options["no_serve"]:
+                return
+            base = f"http://127.0.0.1:{options['port']}"
+            env = {**os.environ, "PREFLIGHT_PUBLIC_URL": base}
+            children.append(
+                _start(
+                    [
+                        sys.executable,
+                        str(REPO / "manage.py"),
+                        "runserver",
+                        "--noreload",
+                        f"127.0.0.1:{options['port']}",
+                    ],
+                    env=env,
+                )
+            )
+            children.append(
+                _start(
+                    [
+                        sys.executable,
+                        str(REPO / "manage.py"),
+                        "mcp_gateway",
+                        "--principal",
+                        agent.REQUESTER,
+                        "--transport",
+                        "http",
+                        "--port",
+                        str(options["gateway_port"]),
+                    ],
+                    env=env,
+                )
+            )
+            _wait_for_port(options["port"], children[-2])
+            _wait_for_port(options["gateway_port"], children[-1])
+            self.banner(base, options["gateway_port"])
+            while not stop.is_set():
+                for child in children:
+                    if child.poll() is not None:
+                        raise CommandError(
+                            f"demo: {shlex.join(map(str, child.args))} exited ({child.returncode})"
+                        )
+                stop.wait(0.5)
+            self.stdout.write("demo: stopping")
+        finally:
+            for child in reversed(children):
+                _stop(child)
+
+    def seed_users(self) -> None:
+        user_model = get_user_model()
+        for role in ROLES:
+            Group.objects.get_or_create(name=role)
+        for name, (password, roles) in USERS.items():
+            user = user_model.objects.filter(username=name).first()
+            if user is None:
+                user = user_model.objects.create_user(name, password=password)
+            for role in roles:
+                user.groups.add(Group.objects.get(name=role))
+
+    def seed_catalog(self, bank_url: str) -> None:
+        """What an operator does once: list each demo server and import it (with its connector), and register
+        the balance lookup as a read-only MCP tool of the bank."""
+        bank = {"kind": "mcp_http", "url": bank_url}
+        imports = [("bank", bank, True)]
+        imports += [
+            (name, {"kind": "mcp_stdio", "command": [sys.executable, *argv]}, trusted)
+            for name, (argv, trusted) in STDIO_SERVERS.items()
+        ]
+        for server, connector, trusted in imports:
+            tools = connectors.list_tools(connector, timeout_s=30)
+            services.catalog_import(
+                server=server,
+                tools=tools,
+                annotations_trusted=trusted,
+                connector=connector,
+                actor="user:operator",
+            )
+        services.measure_create(
+            name="bank.balance",
+            kind="mcp",
+            timeout_s=5,
+            config={"connector": bank, "tool": "get_balance", "field": "balance"},
+            actor="user:operator",
+        )
+        self.stdout.write(f"catalog: {', '.join(s for s, _, _ in imports)} (demo MCP servers)")
+
+    def drive(self) -> None:
+        def report(outcome: agent.Outcome) -> None:
+            done = f", {outcome.outcome}" if outcome.outcome else ""
+            self.stdout.write(
+                f"  {outcome.verdict:<9} {outcome.turns} user turn(s){done}  — {outcome.scenario}"
+            )
+
+        self.stdout.write("scripted agent, through the MCP gateway:")
+        agent.run_through_gateway(report)
+        # The same services the Agent API calls: a request naming no tool (three candidates, one filtered
+        # out by its declared change), and a lookup handed to a worker this embedded demo does not run.
+        clarify = services.execution_create(body=agent.lights_off_request(), token=None, actor="demo-agent")
+        self.stdout.write(
+            f"  {clarify.verdict:<9} — 'lights off': two tools can do it, the user is asked which"
+        )
+        eager, broker = celery_app.conf.task_always_eager, celery_app.conf.broker_url
+        celery_app.conf.task_always_eager, celery_app.conf.broker_url = False, "memory://"
+        try:
+            queued = services.execution_create(
+                body=agent.lookup_in_flight_request(), token=None, actor="demo-agent"
+            )
+        finally:
+            celery_app.conf.task_always_eager, celery_app.conf.broker_url = eager, broker
+        self.stdout.write(f"  {queued.verdict:<9} — a balance lookup still in flight")
+
+    def banner(self, base: str, gateway_port: int) -> None:
+        gateway = {
+            "mcpServers": {
+                "preflight": {
+                    "command": sys.executable,
+                    "args": [str(REPO / "manage.py"), "mcp_gateway", "--principal", agent.REQUESTER],
+                    "env": {"PREFLIGHT_PUBLIC_URL": base},
+                }
+            }
+        }
+        lines = [
+            "",
+            f"Preflight demo: {base}/  (queue: {base}/executions/)",
+            "",
+            "Sign in as:",
+            *(
+                f"  {name:<10} password {pw:<16} {' '.join(roles) or 'requester (the agent acts for them)'}"
+                for name, (pw, roles) in USERS.items()
+            ),
+            "",
+            f"MCP gateway (streamable HTTP): http://127.0.0.1:{gateway_port}/mcp",
+            "MCP client configuration (Claude Desktop, Cursor: stdio):",
+            json.dumps(gateway, indent=2),
+            "",
+            "Ctrl-C stops the demo.",
+        ]
+        self.stdout.write("\n".join(lines))
+        self.stdout.flush()
+
+
+def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+
+
+def _wait_for_port(port: int, child: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise CommandError(f"demo: {shlex.join(map(str, child.args))} exited ({child.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise CommandError(f"demo: nothing answers on port {port} after {timeout_s}s")
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
