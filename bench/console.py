@@ -53,7 +53,7 @@ def wide_tool() -> dict[str, Any]:
         "x-preflight": {
             "state_change": "a new account is opened",
             "slots": {
-                f"field_{i:02d}": {"sources": ["user_answer", "instruction"], "confirm": True}
+                f"field_{i:02d}": {"sources": ["user_answer", "instruction"], "confirm": {"by": "approver"}}
                 for i in range(6)
             },
             "conditions": [

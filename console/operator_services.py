@@ -93,7 +93,9 @@ _ASKS = {
     "undeclared condition": (
         "The description states a condition in prose only. Please declare it as data, e.g. in "
         '`x-preflight.conditions` (`{"id": ..., "check": "<CEL expression>", "on_false": "hold"}`) with the '
-        "measure it needs, so it can be checked before the call instead of being held for a person."
+        "measure it needs, so it can be checked before the call instead of being held for a person. An "
+        "explicit user confirmation of the whole call is `x-preflight.consent`; a condition another run can "
+        "change (only once) wants `recheck: true` or an `effect_key`."
     ),
     "missing schema": (
         "The tool publishes no `inputSchema`. A missing schema is not a tool without arguments: please "

@@ -639,6 +639,14 @@ def record_body_digest(record: Mapping[str, Any]) -> str:
     return digest({k: v for k, v in record.items() if k != "record_digest"})
 
 
+def editor_of(record: Mapping[str, Any], slot_key: str) -> str | None:
+    """Who set this slot's value by an answer, when not the requesting user (an approver's edit)."""
+    slot = next((s for s in record["slots"] if s["key"] == slot_key), None)
+    pointer = (slot or {}).get("pointer") or {}
+    by = pointer.get("by") if slot is not None and slot.get("source") == "user_answer" else None
+    return by if isinstance(by, str) and by != record.get("principal") else None
+
+
 def approval_value(record: Mapping[str, Any], slot_key: str) -> tuple[bool, Any]:
     """(approvable, value) for a slot of a record: what an approval of it binds to right now."""
     slot = next((s for s in record["slots"] if s["key"] == slot_key), None)
@@ -649,9 +657,9 @@ def approval_value(record: Mapping[str, Any], slot_key: str) -> tuple[bool, Any]
         if record.get("payload_valid") is not True:
             return False, None
         return True, record["payload_digest"]
-    if slot["status"] != "known":
+    if slot["status"] == "unknown":
         return False, None
-    return True, slot["value"]
+    return True, slot["value"]  # a null an approver set needs approving too (four eyes)
 
 
 # On an Execution instance: (record, grant) that services just wrote for it, so the answer to the call that

@@ -97,8 +97,10 @@ def execution_approve(
     if latest.payload_digest != payload_digest_seen:
         raise Conflict("stale_value", "the payload changed since it was shown; review it again")
     if latest.verdict == "execute":
-        if live_grant(latest) is None:
-            services.grant_issue(execution_id=execution.pk)
+        if live_grant(latest) is None and services.grant_issue(execution_id=execution.pk) is None:
+            # Its observations had gone stale: it was preflighted again instead (its lookups run again).
+            execution.refresh_from_db(fields=["records"])
+            return records.latest_record(execution)
         return latest
     pending, why_not = pending_call_approvals(latest.record)
     if why_not is not None:

@@ -4,6 +4,8 @@ inside that transaction, so an action whose audit write fails does not happen.
 The one exception is `execution_run`: it commits the consumed nonce before calling the tool and records the
 outcome in a second transaction, because holding a transaction open across a downstream call would make
 every concurrent attempt wait on it, and a crash between the two leaves a consumed grant, never a re-run.
+For a contract that declares re-checks it holds its effect key's lock across both (`console.effect_locks`: a
+session advisory lock, not a transaction), so only runs that change the same thing wait for each other.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, cast
@@ -28,6 +31,7 @@ from kombu.utils.functional import retry_over_time
 
 from console import connectors, egress, models, records
 from console.audit import audit_append, audit_batch
+from console.effect_locks import effect_lock
 from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, Unprocessable
 from console.signing import signer, verification_keys
 from preflight import (
@@ -45,15 +49,21 @@ from preflight import (
 from preflight.answers import answer_problem, rememberable
 from preflight.approvals import value_digest
 from preflight.canonical import canonical_json, digest
-from preflight.errors import ChecklistError, RequestError
+from preflight.confirmations import bound_answer, is_user_yes_key
+from preflight.errors import ChecklistError, ExpressionError, RequestError
 from preflight.grants import read_claims
-from preflight.request import parse_request
+from preflight.recheck import Recheck, recheck_failures, recheck_for
+from preflight.request import Observation, parse_request
 
 logger = logging.getLogger(__name__)
 
 # A lookup that keeps answering with values already too old would otherwise be dispatched forever.
 MAX_LOOKUPS_PER_KEY = 3
 ANSWERABLE_FIXED = frozenset({"fixed:tool", "fixed:timing", "fixed:action_name"})
+# The channels that carry the requesting user's own words (the agent API relays them): only these give a
+# confirmation or consent. A reviewer's channel never does.
+USER_CHANNELS = frozenset({"agent"})
+EFFECT_LOCK_MARGIN_S = 5.0  # how much longer than two tool timeouts a run waits for its effect key's lock
 
 
 def _now() -> datetime:
@@ -877,7 +887,7 @@ def execution_create(
 
 
 def _check_answer_key(execution: models.Execution, key: str) -> None:
-    if key in ANSWERABLE_FIXED or key.startswith("branch:"):
+    if key in ANSWERABLE_FIXED or key.startswith("branch:") or is_user_yes_key(key):
         return
     if key.startswith("arg:"):
         if execution.contract is None:
@@ -918,6 +928,9 @@ def execution_answer(
     return outcome
 
 
+_YES_SCHEMA: Mapping[str, Any] = {"type": "boolean"}
+
+
 def _refused_answer(
     execution: models.Execution, answers: Mapping[str, Any], remember: Sequence[str]
 ) -> InvalidAnswer | None:
@@ -928,6 +941,12 @@ def _refused_answer(
         for question in records.latest_record(execution).record.get("questions") or []:
             asked[question["slot"]] = question["schema"]
     for key, value in answers.items():
+        if is_user_yes_key(key):
+            # A yes/no is checked on the boolean the user gave (bare, or beside the digest it names), and
+            # against a boolean schema even when its question is not open now (a mind changed after a yes).
+            if isinstance(value, Mapping) and set(value) == {"yes", "digest"}:
+                value = value["yes"]
+            asked.setdefault(key, _YES_SCHEMA)
         problem = answer_problem(plan, key, value, asked)
         if problem is not None:
             return InvalidAnswer(key, problem)
@@ -954,6 +973,7 @@ def _execution_answer(
         raise Conflict("already_ran", "this execution already ran; submit a new one")
     for key in answers:
         _check_answer_key(execution, key)
+    _check_user_yes(answers, channel=channel, remember=remember)
     for key in remember:
         if key not in answers:
             raise BadInput("invalid", f"remember: {key} is not among the answers")
@@ -961,6 +981,7 @@ def _execution_answer(
         canonical_json(dict(answers))
     except TypeError as exc:
         raise BadInput("invalid", f"answers: {exc}") from None
+    # Checked as the user sent them (a yes/no is a boolean), then a yes/no is bound to what it was shown.
     refused = _refused_answer(execution, answers, remember)
     if refused is not None:
         audit_append(
@@ -978,6 +999,7 @@ def _execution_answer(
             },
         )
         return refused
+    answers = _bind_user_yes(execution, answers)
     models.Answer.objects.bulk_create(
         models.Answer(
             execution=execution,
@@ -1007,6 +1029,59 @@ def _execution_answer(
         for key in remember:
             _preset_put(execution, tool, key, answers[key], answered_by)
     return _preflight_and_record(execution, trigger="answer")
+
+
+def _check_user_yes(answers: Mapping[str, Any], *, channel: str, remember: Sequence[str] = ()) -> None:
+    """Only the requesting user's channel gives a yes or no (the agent relays the user's words): a reviewer's
+    yes is an approval, never the user's confirmation. A yes or no is given each time, never remembered."""
+    keys = [k for k in answers if is_user_yes_key(k)]
+    if keys and channel not in USER_CHANNELS:
+        raise Unprocessable(
+            "not_answerable", f"{keys[0]}: only the requesting user confirms or consents; approve instead"
+        )
+    for key in remember:
+        if is_user_yes_key(key):
+            raise Unprocessable(
+                "not_answerable", f"remember: {key}: a yes or no is given each time, never kept"
+            )
+
+
+def _bind_user_yes(execution: models.Execution, answers: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Answers to confirmation and consent questions, bound to the digest the question showed.
+
+    Only the requesting user's channel may give them (the agent relays the user's words): a reviewer's yes
+    is an approval, never the user's confirmation. A yes or no answers the question in the latest record, so
+    it binds to what that question showed, even when the same batch changes the value (the new value is then
+    asked again): a confirmation cannot be carried over to a value the user was not shown. An answer may
+    instead name the digest it was given for ({"yes": true, "digest": ...}), which must be the one shown."""
+    keys = [k for k in answers if is_user_yes_key(k)]
+    if not keys:
+        return answers
+    latest = records.latest_record(execution).record
+    # An open question, or a yes/no already given (the user may change their mind before the call runs).
+    shown = {
+        s["key"]: {"digest": (s.get("pointer") or {}).get("digest")}
+        for s in latest.get("slots") or []
+        if is_user_yes_key(s["key"]) and s.get("status") == "known"
+    }
+    shown |= {
+        q["slot"]: q.get("shows") or {}
+        for q in latest.get("questions") or []
+        if q.get("kind") in ("confirmation", "consent")
+    }
+    bound = dict(answers)
+    for key in keys:
+        if key not in shown or not isinstance(shown[key].get("digest"), str):
+            raise Conflict("not_asked", f"{key}: no question awaits this yes or no; read the latest record")
+        answer, current = answers[key], shown[key]["digest"]
+        if isinstance(answer, Mapping) and set(answer) == {"yes", "digest"}:
+            if answer["digest"] != current:
+                raise Conflict("stale_value", f"{key}: the question now shows another value; read it again")
+            answer = answer["yes"]
+        if not isinstance(answer, bool):
+            raise Unprocessable("invalid_answer", f"{key}: answer true (yes) or false (no)")
+        bound[key] = bound_answer(answer, current)
+    return bound
 
 
 def _preset_put(execution: models.Execution, tool: str, key: str, value: Any, who: str) -> None:
@@ -1278,6 +1353,11 @@ def approval_create(
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
     latest = records.latest_record(execution)
+    if is_user_yes_key(slot_key):
+        raise Conflict("not_approvable", f"{slot_key}: the requesting user's to answer, not an approver's")
+    editor = records.editor_of(latest.record, slot_key)
+    if editor == f"user:{approver.get_username()}":
+        raise Conflict("four_eyes", f"{slot_key}: you edited this value; another approver has to approve it")
     approvable, value = records.approval_value(latest.record, slot_key)
     if not approvable:
         raise Conflict("not_approvable", f"{slot_key}: nothing awaits approval in the latest record")
@@ -1304,6 +1384,12 @@ def approval_create(
 # ---- grants and the execution gate -------------------------------------------------------------------
 
 
+def _fresh_until(record: Mapping[str, Any]) -> datetime | None:
+    """When the first observation the record rests on goes stale: its grant expires no later."""
+    raw = record.get("fresh_until")
+    return datetime.fromisoformat(raw) if isinstance(raw, str) else None
+
+
 def _issue_grant(
     execution: models.Execution, stored: models.PreflightRecord, *, ids: bool = True
 ) -> models.Grant:
@@ -1320,6 +1406,7 @@ def _issue_grant(
         checklist_version=stored.checklist_version,
         now=_now(),
         ttl_s=settings.PREFLIGHT_GRANT_TTL_S,
+        not_after=_fresh_until(record),
     )
     grant = models.Grant(
         execution=execution,
@@ -1346,15 +1433,20 @@ def _issue_grant(
 
 
 @transaction.atomic
-def grant_issue(*, execution_id: Any) -> models.Grant:
+def grant_issue(*, execution_id: Any) -> models.Grant | None:
     """A grant for the latest record, which must say `execute`. Preflights issue one themselves; this is for
-    a caller whose grant expired unused and whose record still stands."""
+    a caller whose grant expired unused and whose record still stands. A record whose observations have gone
+    stale no longer stands: it is preflighted again (its lookups run again) and None is returned."""
     execution = _lock_execution(execution_id)
     latest = records.latest_record(execution)
     if latest.verdict != "execute":
         raise Conflict("not_executable", f"the latest verdict is {latest.verdict}, not execute")
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
+    stale_at = _fresh_until(latest.record)
+    if stale_at is not None and stale_at <= _now():
+        _preflight_and_record(execution, trigger="stale")
+        return None
     return _issue_grant(execution, latest)
 
 
@@ -1383,11 +1475,43 @@ class _Refusal:
 def execution_run(
     *, execution_id: Any, token: str, actor: str, call_tool: Callable[..., Any] | None = None
 ) -> RunOutcome:
-    """The gate: only a grant issued for exactly this call runs it, once. Never retried.
+    """The gate: only a grant issued for exactly this call runs it, once. Never retried. A contract that
+    declares re-checks has them measured again under its effect key's lock, held until the outcome is in.
 
     `call_tool` (same signature and failure classes as `connectors.call_tool`) is how the MCP gateway sends
     the granted payload over its kept upstream session instead of a connection of its own."""
-    claim = _gate_claim(execution_id=execution_id, token=token, actor=actor)
+    try:
+        with _effect_guard(execution_id=execution_id, token=token) as rechecked:
+            return _execution_run(
+                execution_id=execution_id, token=token, actor=actor, rechecked=rechecked, call_tool=call_tool
+            )
+    except Conflict as exc:
+        if exc.code == "effect_busy":
+            _record_busy(execution_id=execution_id, detail=exc.detail, actor=actor)
+        raise
+
+
+@transaction.atomic
+def _record_busy(*, execution_id: Any, detail: str, actor: str) -> None:
+    # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
+    execution = _lock_execution(execution_id)
+    models.Outcome.objects.create(execution=execution, status="denied", detail=f"effect_busy: {detail}")
+    audit_append(
+        kind="outcome",
+        execution_id=execution.pk,
+        body={"status": "denied", "code": "effect_busy", "detail": detail, "grant": None, "actor": actor},
+    )
+
+
+def _execution_run(
+    *,
+    execution_id: Any,
+    token: str,
+    actor: str,
+    rechecked: _Rechecked | None,
+    call_tool: Callable[..., Any] | None = None,
+) -> RunOutcome:
+    claim = _gate_claim(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
     if isinstance(claim, _Refusal):
         raise Conflict(claim.code, claim.detail)
     connector, timeout = _run_timeouts(claim.connector)
@@ -1425,7 +1549,9 @@ def json_safe(value: Any) -> Any:
 
 
 @transaction.atomic
-def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refusal:
+def _gate_claim(
+    *, execution_id: Any, token: str, actor: str, rechecked: _Rechecked | None = None
+) -> _Claim | _Refusal:
     # The execution row lock serializes every attempt on one execution; the conditional UPDATE below is
     # what makes a nonce single-use even without it.
     execution = _lock_execution(execution_id)
@@ -1485,6 +1611,9 @@ def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refus
         or claims.record_digest != stored.record_digest
     ):
         return refuse("denied", "grant_mismatch", "the record this grant names was altered")
+    gone = _gate_recheck(execution, contract, stored, rechecked, now)
+    if gone is not None:
+        return refuse("denied", gone.code, gone.detail)
     if _has_run(execution):
         return refuse("denied", "grant_used", "this execution already ran")
     consumed = models.Grant.objects.filter(pk=grant.pk, used_at__isnull=True).update(used_at=now)
@@ -1565,6 +1694,161 @@ def _outcome_written(
 
 # What a run may end in; refused attempts (`denied`, `expired`) are outcomes of no run.
 _RUN_OUTCOMES = ("executed", "failed", "outcome_unknown")
+
+
+# ---- the gate re-checks what a grant rests on ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Rechecked:
+    """What the gate measured again, under the effect key's lock, before deciding (None: nothing to)."""
+
+    recheck: Recheck | None
+    observations: Mapping[str, Observation]
+    error: str | None = None  # the effect key has no value for this payload
+
+
+@contextmanager
+def _effect_guard(*, execution_id: Any, token: str) -> Iterator[_Rechecked | None]:
+    """Take the effect key's lock and measure the re-checked conditions again, for a grant whose signature
+    and expiry hold (anything else is refused by `_gate_claim` without a lookup, so a forged token never makes
+    the gate call a measure). The key comes from the grant's own record, which never changes."""
+    try:
+        claims = read_claims(token)
+        verify_grant(
+            token,
+            keys=verification_keys(),
+            expect=GrantExpectation(**{f.name: getattr(claims, f.name) for f in fields(GrantExpectation)}),
+            now=_now(),
+        )
+        grant = (
+            models.Grant.objects.select_related("record__contract__server")
+            .filter(execution_id=execution_id, nonce=claims.nonce)
+            .first()
+        )
+    except (GrantError, ValidationError, ValueError):
+        grant = None
+    if grant is None or grant.record.contract is None or grant.record.record.get("payload") is None:
+        yield None
+        return
+    stored = grant.record
+    payload = stored.record["payload"]
+    try:
+        recheck = recheck_for(records.engine_contract(stored.contract), payload, principal=claims.principal)
+    except ExpressionError as exc:
+        yield _Rechecked(None, {}, f"the effect key has no value for this payload: {exc.reason}")
+        return
+    if recheck is None:
+        yield _Rechecked(None, {})
+        return
+    # The holder's lookups and call are bounded by their timeouts; wait a little longer than that for it.
+    wait_s = float(settings.PREFLIGHT_TOOL_TIMEOUT_S) * 2 + EFFECT_LOCK_MARGIN_S
+    with effect_lock(recheck.key, timeout_s=wait_s):
+        yield _Rechecked(recheck, _measure_again(recheck))
+
+
+def _measure_again(recheck: Recheck) -> dict[str, Observation]:
+    """Run the re-checked lookups now, in parallel; a failure is an error observation (it refuses)."""
+    specs = {
+        m.name: m.as_connector_spec()
+        for m in models.Measure.objects.filter(name__in=[r.lookup for r in recheck.lookups])
+    }
+    started = []
+    for request in recheck.lookups:
+        spec = specs.get(request.lookup)
+        if spec is None:
+            failed = connectors.MeasureFailed(f"no measure is registered as {request.lookup!r}")
+            started.append((request, connectors.StartedMeasure("", failed=failed)))
+        else:
+            started.append((request, connectors.start_measure(spec, request.args)))
+    out = {}
+    for request, lookup in started:
+        try:
+            value, observed_at = lookup.result()
+            obs = Observation(request.measure, request.args_digest, observed_at, value=json_safe(value))
+        except Exception as exc:  # the lookup's own failure, of whatever kind: refused, never passed
+            obs = Observation(
+                request.measure, request.args_digest, _now(), error=str(exc) or type(exc).__name__
+            )
+        out[request.key] = obs
+    return out
+
+
+def _gate_recheck(
+    execution: models.Execution,
+    contract: models.ToolContract,
+    stored: models.PreflightRecord,
+    rechecked: _Rechecked | None,
+    now: datetime,
+) -> _Refusal | None:
+    """Refuse a grant whose ground has moved: the tool's contract is no longer the current one (a catalog
+    change voids grants), or a re-checked condition no longer holds (`state_changed`) or could not be
+    measured again (`recheck_failed`)."""
+    current = (
+        models.ToolContract.objects.filter(server_id=contract.server_id, name=contract.name, current=True)
+        .values_list("digest", flat=True)
+        .first()
+    )
+    if current != contract.digest:
+        return _Refusal(
+            "contract_changed",
+            "the tool's contract changed since this grant was issued"
+            + ("" if current else " (the tool left the catalog)")
+            + "; preflight again",
+        )
+    engine_contract = records.engine_contract(contract)
+    if compile_plan(engine_contract, records.active_rules()).checklist_version != stored.checklist_version:
+        # The user/org rules the call was checked against are part of what it was granted under.
+        return _Refusal(
+            "contract_changed", "the rules this grant was checked against changed; preflight again"
+        )
+    payload = stored.record["payload"]
+    try:
+        wanted = recheck_for(engine_contract, payload, principal=execution.principal)
+    except ExpressionError as exc:
+        return _Refusal("recheck_failed", f"the effect key has no value for this payload: {exc.reason}")
+    if wanted is None:
+        return None
+    if rechecked is None or rechecked.recheck != wanted:
+        # Fail closed: a contract that asks for a re-check is never run without one.
+        detail = rechecked.error if rechecked is not None and rechecked.error else "the re-check did not run"
+        return _Refusal("recheck_failed", detail)
+    failures = recheck_failures(
+        wanted,
+        payload,
+        rechecked.observations,
+        principal=execution.principal,
+        environment=str(execution.request.get("environment") or ""),
+        now=now,
+    )
+    audit_append(
+        kind="recheck",
+        execution_id=execution.pk,
+        body={
+            "effect_key": wanted.key,
+            "observed": [
+                {
+                    "key": key,
+                    "observed_at": obs.observed_at.isoformat(),
+                    "value_digest": None if obs.error else value_digest(obs.value),
+                    "error": obs.error,
+                }
+                for key, obs in sorted(rechecked.observations.items())
+            ],
+            "failures": [
+                {"condition": f.condition, "reason": f.reason, "detail": f.detail} for f in failures
+            ],
+        },
+    )
+    changed = [f for f in failures if f.reason == "false"]
+    if changed:
+        return _Refusal(
+            "state_changed",
+            "; ".join(f"{f.condition} no longer holds ({f.detail})" for f in changed) + "; preflight again",
+        )
+    if failures:
+        return _Refusal("recheck_failed", "; ".join(f"{f.condition}: {f.detail}" for f in failures))
+    return None
 
 
 @transaction.atomic

@@ -41,13 +41,16 @@ def approve(slot_key: str, value: object, *, approver: str, at: datetime) -> App
     return Approval(slot_key=slot_key, value_digest=value_digest(value), approver=approver, approved_at=at)
 
 
-def approval_state(approvals: Iterable[Approval], slot_key: str, value: object) -> ApprovalState:
+def approval_state(
+    approvals: Iterable[Approval], slot_key: str, value: object, *, excluding: str | None = None
+) -> ApprovalState:
     """`approved` if an approval holds for this exact value; `void` if the slot was approved but for a
-    different value (the console shows the old -> new change); `none` if it was never approved."""
+    different value (the console shows the old -> new change); `none` if it was never approved.
+    `excluding`: an approver whose approval does not count (four eyes: the one who edited the value)."""
     current = value_digest(value)
     seen_key = False
     for approval in approvals:
-        if approval.slot_key != slot_key:
+        if approval.slot_key != slot_key or approval.approver == excluding:
             continue
         if approval.value_digest == current:
             return "approved"

@@ -19,6 +19,7 @@ __all__ = [
     "SOURCES",
     "ApprovalSpec",
     "ConditionSpec",
+    "ConsentSpec",
     "Extension",
     "MeasureSpec",
     "SlotConfig",
@@ -51,7 +52,19 @@ _EXTENSION_SCHEMA: dict[str, Any] = {
                         "uniqueItems": True,
                         "items": {"enum": list(SOURCES)},
                     },
-                    "confirm": {"type": "boolean"},
+                    # true (or {"by": "user"}): the requesting user confirms the value; {"by": "approver"}:
+                    # an approver approves it in the console.
+                    "confirm": {
+                        "oneOf": [
+                            {"type": "boolean"},
+                            {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["by"],
+                                "properties": {"by": {"enum": ["user", "approver"]}},
+                            },
+                        ]
+                    },
                     "question": {"type": "string", "minLength": 1},
                     "label": {"type": "string", "minLength": 1},
                     "measure": {"type": "string", "minLength": 1},
@@ -82,9 +95,28 @@ _EXTENSION_SCHEMA: dict[str, Any] = {
                     "check": {"type": "string", "minLength": 1},
                     "on_false": {"enum": ["hold", "block"]},
                     "text": {"type": "string"},
+                    "recheck": {"type": "boolean"},
                 },
             },
         },
+        # The requesting user's yes to the whole call, shown the final payload in words.
+        "consent": {
+            "oneOf": [
+                {"type": "boolean"},
+                {"type": "string", "minLength": 1},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "text": {"type": "string", "minLength": 1},
+                        "when": {"type": "string", "minLength": 1},
+                    },
+                },
+            ]
+        },
+        # What one run changes, as an expression over the arguments ("order:" + arg.order_id): runs with the
+        # same key are serialized by the gate, which re-measures the conditions they rest on first.
+        "effect_key": {"type": "string", "minLength": 1},
         "extra_approval": {
             "type": "array",
             "items": {
@@ -114,7 +146,8 @@ _PROSE_CONDITION = re.compile(
 @dataclass(frozen=True, slots=True)
 class SlotConfig:
     sources: tuple[Source, ...] = DEFAULT_ARG_SOURCES
-    confirm: bool = False
+    confirm: bool = False  # the requesting user confirms the value (a question of kind `confirmation`)
+    approve: bool = False  # an approver approves the value in the console (`confirm: {"by": "approver"}`)
     question: str | None = None
     label: str | None = None
     measure: str | None = None  # for an `observed` source: the measure whose value settles the slot
@@ -138,6 +171,13 @@ class ConditionSpec:
     check: Expression
     on_false: Literal["hold", "block"]
     text: str
+    recheck: bool = False  # measured again by the gate at run time, under the effect key's lock
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentSpec:
+    text: str
+    when: Expression | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +197,19 @@ class Extension:
     conditions: tuple[ConditionSpec, ...] = ()
     extra_approval: tuple[ApprovalSpec, ...] = ()
     notices: tuple[str, ...] = ()
+    consent: ConsentSpec | None = None
+    effect_key: Expression | None = None
+
+    @property
+    def rechecked(self) -> tuple[ConditionSpec, ...]:
+        """The conditions the gate measures again at run time: those marked `recheck`, and with an
+        `effect_key`, every condition that reads a measure (what the key's runs change is measured state)."""
+        keyed = self.effect_key is not None
+        return tuple(
+            c
+            for c in self.conditions
+            if c.recheck or (keyed and any(r.startswith("measure:") for r in c.check.reads))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,9 +326,12 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
             raise ContractError(
                 name, "an observed source needs the measure that observes it", f"x-preflight/slots/{path}"
             )
+        confirm = cfg.get("confirm")
+        by = confirm.get("by") if isinstance(confirm, Mapping) else ("user" if confirm else None)
         slots[path] = SlotConfig(
             sources=cast(tuple[Source, ...], sources),
-            confirm=bool(cfg.get("confirm")),
+            confirm=by == "user",
+            approve=by == "approver",
             question=cfg.get("question"),
             label=cfg.get("label"),
             measure=cfg.get("measure"),
@@ -314,14 +370,41 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
             raise ContractError(name, f"condition id {cond['id']!r} is used twice", where)
         seen.add(cond["id"])
         check = _compile(name, cond["check"], f"{where}/check", paths, measures)
+        if cond.get("recheck") and not any(r.startswith("measure:") for r in check.reads):
+            # Re-checking what reads only the arguments would find what the grant already rests on.
+            raise ContractError(name, "a condition marked recheck must read a measure", f"{where}/recheck")
         conditions.append(
-            ConditionSpec(cond["id"], check, cond["on_false"], cond.get("text") or cond["check"])
+            ConditionSpec(
+                cond["id"],
+                check,
+                cond["on_false"],
+                cond.get("text") or cond["check"],
+                bool(cond.get("recheck")),
+            )
         )
     approvals = []
     for i, item in enumerate(raw.get("extra_approval") or []):
         where = f"x-preflight/extra_approval/{i}"
         when = _compile(name, item["when"], f"{where}/when", paths, measures) if item.get("when") else None
         approvals.append(ApprovalSpec(item["id"], when, item.get("text") or f"Approval: {item['id']}"))
+    consent = None
+    raw_consent = raw.get("consent")
+    if raw_consent is not None and raw_consent is not False:
+        text = "Go ahead with this?"
+        when = None
+        if isinstance(raw_consent, str):
+            text = raw_consent
+        elif isinstance(raw_consent, Mapping):
+            text = raw_consent.get("text") or text
+            if raw_consent.get("when"):
+                when = _compile(name, raw_consent["when"], "x-preflight/consent/when", paths, measures)
+        consent = ConsentSpec(text, when)
+    effect_key = None
+    if raw.get("effect_key"):
+        effect_key = _compile(name, raw["effect_key"], "x-preflight/effect_key", paths, measures)
+        if any(not r.startswith("arg:") for r in effect_key.reads):
+            # The key is computed from the granted payload alone, before anything is measured.
+            raise ContractError(name, "effect_key may read only arguments", "x-preflight/effect_key")
     return Extension(
         state_change=raw.get("state_change"),
         effects=tuple(raw.get("effects") or ()),
@@ -331,6 +414,8 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
         conditions=tuple(conditions),
         extra_approval=tuple(approvals),
         notices=tuple(raw.get("notices") or ()),
+        consent=consent,
+        effect_key=effect_key,
     )
 
 

@@ -6,19 +6,22 @@ request; `preflight()` is the cheap per-call part.
 
 from __future__ import annotations
 
+import json
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
-from .approvals import approval_state
+from .approvals import approval_state, value_digest
 from .canonical import digest
 from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation, Rule, rules_stamp
+from .confirmations import CONFIRM_PREFIX, CONSENT_KEY, bound_state
 from .contract import MeasureSpec, SlotConfig, ToolContract
 from .errors import ExpressionError, SchemaUnusable
-from .expressions import Expression, evaluate
+from .expressions import Expression, evaluate, evaluate_key
 from .labels import Label
 from .pointers import Span, check_pointer
 from .record import Finding, Gap, GapClass, MeasureRequest, Question, Record, SlotState, Unmet
@@ -94,7 +97,8 @@ class PropInfo:
     label: str
     labels: tuple[str, ...]
     observed: bool = False  # "observed" is among its sources: it may read other arguments
-    confirm: bool = False  # "confirm" is among its labels
+    confirm: bool = False  # "confirm" is among its labels: the requesting user confirms the value
+    approve: bool = False  # `confirm: {"by": "approver"}`: an approver approves the value
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +124,7 @@ class Plan:
     fixed: tuple[FixedObligation, ...]
     label_required: frozenset[str]
     label_confirm: frozenset[str]
-    label_approvals: tuple[Label, ...]
+    label_consents: tuple[Label, ...]  # `[confirm] text` without a target: the user consents to the call
     arguments: frozenset[str]
     props: Mapping[str, PropInfo]
     nodes: Mapping[str, NodePlan]  # by node location
@@ -151,7 +155,7 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
         fixed=FIXED_CHECKLIST,
         label_required=label_required,
         label_confirm=frozenset(lb.target for lb in labels if lb.tag == "confirm" and lb.target),
-        label_approvals=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
+        label_consents=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
         arguments=_paths(root) if root is not None else frozenset(),
         props=props,
         nodes=_node_plans(root, props, label_required) if root is not None else {},
@@ -207,7 +211,13 @@ def _prop_infos(contract: ToolContract, root: ObjectNode, labels: Sequence[Label
                 ("required",) if prop.path in required else ()
             )
             out[prop.path] = PropInfo(
-                f"arg:{prop.path}", cfg, label, tags, "observed" in cfg.sources, "confirm" in tags
+                f"arg:{prop.path}",
+                cfg,
+                label,
+                tags,
+                "observed" in cfg.sources,
+                "confirm" in tags,
+                cfg.approve,
             )
             if prop.child is not None:
                 walk(prop.child)
@@ -256,7 +266,8 @@ class _Run:
         self.unknown: list[SlotState] = []
         # constructs only the whole-payload validation can decide: settled or held once it has run
         self.value_only: list[tuple[Unsupported, tuple[str, ...]]] = []  # with its object's argument path
-        self.confirms: list[SlotState] = []  # settled values still awaiting a person's approval
+        self.confirms: list[SlotState] = []  # settled values still awaiting an approver's approval
+        self.fresh_until: datetime | None = None  # when the first observation read goes stale
         self.gaps: list[Gap] = []
         self.unmet: list[Unmet] = []
         self.questions: list[Question] = []
@@ -439,6 +450,12 @@ class _Run:
             res.error = True
             return None
         age = (self.now - obs.observed_at).total_seconds()
+        if age < -MAX_CLOCK_SKEW_S:
+            # A time ahead of ours would keep the value "fresh" for ever (and a grant on it alive): no answer.
+            detail = f"observed {-age:.0f}s in the future"
+            res.findings.append(Finding("observed", "error", _observation_json(obs), detail))
+            res.error = True
+            return None
         if age > spec.max_age_s:
             res.findings.append(
                 Finding(
@@ -451,6 +468,9 @@ class _Run:
             res.measure = request
             self.frontier.setdefault(request.key, request)
             return None
+        stale_at = obs.observed_at + timedelta(seconds=spec.max_age_s)
+        if self.fresh_until is None or stale_at < self.fresh_until:
+            self.fresh_until = stale_at
         return obs
 
     # ---- slots -----------------------------------------------------------------------------------
@@ -459,7 +479,7 @@ class _Run:
         self.slots.append(slot)
         if slot.status == "unknown":
             self.unknown.append(slot)
-        elif slot.approval is not None and slot.approval != "approved" and slot.status == "known":
+        elif slot.approval is not None and slot.approval != "approved":
             self.confirms.append(slot)
         if slot.gap is not None:
             self.gaps.append(Gap(slot.gap, slot.key, slot.detail or slot.label))
@@ -470,6 +490,7 @@ class _Run:
             if read_only and ob.key != "fixed:tool":
                 continue  # trusted read-only tools pass without the intent part of the gate
             if ob.key == "fixed:tool":
+                chosen = self.chosen_by_approver()
                 self.add(
                     SlotState(
                         ob.key,
@@ -480,7 +501,9 @@ class _Run:
                         self.contract.identity,
                         source=self.tool_source,
                         pointer=_pointer_json(self.request.action_name),
+                        approval=self.value_approval(ob.key, chosen, approve=False) if chosen else None,
                         findings=(Finding(self.tool_source, "found", {"tool": self.contract.identity}),),
+                        detail=self.edit_detail(chosen) if chosen else None,
                     )
                 )
             elif ob.key == "fixed:action_name":
@@ -618,7 +641,9 @@ class _Run:
                     res.value,
                     res.source,
                     res.pointer,
+                    approval=self.value_approval(ob.key, res, approve=False),
                     findings=tuple(res.findings),
+                    detail=self.edit_detail(res),
                 )
             )
 
@@ -872,10 +897,6 @@ class _Run:
             proposed = (res.candidate,) if other else ()
             self.refuse(prop.path, res.value, res.refused, findings=tuple(res.findings), proposed=proposed)
             return
-        approval: Literal["approved", "void", "required"] | None = None
-        if info.confirm and res.status == "known":
-            state = approval_state(self.evidence.approvals, key, res.value)
-            approval = "approved" if state == "approved" else "void" if state == "void" else "required"
         if res.status != "unknown":
             slot = SlotState(
                 key,
@@ -887,13 +908,16 @@ class _Run:
                 res.source,
                 res.pointer,
                 labels=labels,
-                approval=approval,
+                approval=self.value_approval(key, res, approve=info.approve),
                 findings=tuple(res.findings),
+                detail=self.edit_detail(res),
                 candidate=res.candidate,
                 unverified=res.unverified,
             )
             self.arg_slots[prop.path] = slot
             self.add(slot)
+            if info.confirm and res.status == "known":
+                self.confirmation_slot(key, label, res.value)
             return
         route: Route
         gap: GapClass | None = None
@@ -983,6 +1007,7 @@ class _Run:
             self.slots[self.slots.index(old)] = slot
             if old in self.confirms:
                 self.confirms.remove(old)
+            self.drop_confirmation(key)
             self.unknown.append(slot)
             self.gaps.append(Gap("user_gap" if user else "source_gap", key, slot.detail or label))
         else:
@@ -1000,6 +1025,16 @@ class _Run:
             text = self.question_text(cfg, label, required)
             question = Question(key, text, schema, reason=reason, proposed=proposed)
         self.questions.append(question)
+
+    def drop_confirmation(self, key: str) -> None:
+        """The user's yes/no to a value the tool now refuses: it asks about (or binds) nothing any more, since
+        that value will not be sent; the restated value gets its own confirmation."""
+        ckey = CONFIRM_PREFIX + key
+        self.slots[:] = [s for s in self.slots if s.key != ckey]
+        self.unknown[:] = [s for s in self.unknown if s.key != ckey]
+        self.gaps[:] = [g for g in self.gaps if g.slot != ckey]
+        self.unmet[:] = [u for u in self.unmet if u.id != ckey]
+        self.questions[:] = [q for q in self.questions if q.slot != ckey]
 
     def undeclared(self, node: ObjectNode) -> None:
         """Values for arguments this object does not declare. What the user stated is never silently left
@@ -1246,8 +1281,6 @@ class _Run:
         wanted: list[tuple[str, str, Expression | None, DefinedBy]] = []
         for spec in self.contract.extension.extra_approval:
             wanted.append((spec.id, spec.text, spec.when, "provider"))
-        for label in self.plan.label_approvals:
-            wanted.append((f"label-{label.line}", label.text, None, "provider"))
         for _, rule in self.rules:
             if rule.kind == "approval":
                 wanted.append((rule.id, rule.text, rule.when, _rule_owner(rule)))
@@ -1304,6 +1337,213 @@ class _Run:
                         detail="needs a person's approval of these exact values",
                     )
                 )
+
+    # ---- the user's confirmations and consent, and four eyes ---------------------------------------
+
+    def editor(self, res: _Resolution) -> str | None:
+        """Who set this value by an answer, if not the requesting user: an approver's edit in the console."""
+        if res.source != "user_answer" or res.pointer is None:
+            return None
+        by = res.pointer.get("by")
+        return by if isinstance(by, str) and by != self.request.principal else None
+
+    def chosen_by_approver(self) -> _Resolution | None:
+        """The action, when an approver chose it among the candidate tools (four eyes, as for a value)."""
+        a = self.evidence.answers.get("fixed:tool")
+        if self.tool_source != "user_answer" or a is None or a.answered_by == self.request.principal:
+            return None
+        res = _Resolution(status="known", value=self.contract.identity, source="user_answer")
+        res.pointer = {"answer": a.id, "by": a.answered_by}
+        return res
+
+    def edit_detail(self, res: _Resolution) -> str | None:
+        editor = self.editor(res)
+        if editor is None:
+            return None
+        return f"edited by {editor}: another approver must approve this value"
+
+    def value_approval(
+        self, key: str, res: _Resolution, *, approve: bool
+    ) -> Literal["approved", "void", "required"] | None:
+        """An approver's approval a settled value needs: by contract (`confirm: {"by": "approver"}`), or
+        because an approver edited it (four eyes: then the editor's own approval does not count)."""
+        editor = self.editor(res)
+        # An approver's edit to null (leaving an argument out) is an edit like any other.
+        if res.status == "unknown" or not ((approve and res.status == "known") or editor is not None):
+            return None
+        state = approval_state(self.evidence.approvals, key, res.value, excluding=editor)
+        return "approved" if state == "approved" else "void" if state == "void" else "required"
+
+    def user_yes(self, key: str, bound_digest: str) -> tuple[str, Answer | None]:
+        """The state of the requesting user's yes/no for `key` bound to `bound_digest`. An answer recorded
+        as anyone else's (a reviewer's) is not the user's, so it counts as no answer at all."""
+        a = self.evidence.answers.get(key)
+        if a is None or a.answered_by != self.request.principal:
+            return "none", None
+        return bound_state(a.value, bound_digest), a
+
+    def bound_slot(self, key: str, label: str, bound_digest: str, question: Question, declined: str) -> None:
+        state, a = self.user_yes(key, bound_digest)
+        pointer = {"answer": a.id, "by": a.answered_by, "digest": bound_digest} if a is not None else None
+        if state == "yes":
+            self.add(
+                SlotState(
+                    key,
+                    "intent",
+                    "provider",
+                    label,
+                    "known",
+                    bound_digest,
+                    "user_answer",
+                    pointer,
+                    findings=(Finding("user_answer", "found", pointer),),
+                )
+            )
+            return
+        if state == "no":
+            # The user's no to exactly this: recorded, and the call does not run while it stands.
+            self.add(
+                SlotState(
+                    key,
+                    "intent",
+                    "provider",
+                    label,
+                    "known",
+                    False,
+                    "user_answer",
+                    pointer,
+                    findings=(Finding("user_answer", "found", pointer, "the user said no"),),
+                    met=False,
+                    detail=declined,
+                )
+            )
+            self.unmet.append(Unmet(key, "block", declined))
+            return
+        finding = (
+            Finding("user_answer", "no_result", pointer, "the answer was for another value; asked again")
+            if state == "void"
+            else _NO_RESULT["user_answer"]
+        )
+        self.add(
+            SlotState(
+                key,
+                "intent",
+                "provider",
+                label,
+                "unknown",
+                route="ask_user",
+                gap="user_gap",
+                findings=(finding,),
+                detail="awaits the user's yes or no",
+            )
+        )
+        self.questions.append(question)
+
+    def confirmation_slot(self, slot_key: str, label: str, value: Any) -> None:
+        """`[confirm:arg]` / `confirm: true`: the requesting user's yes to this exact value."""
+        bound = value_digest(value)
+        key = CONFIRM_PREFIX + slot_key
+        shown = _words(value)
+        # Only our words are sanitized (no tool names); the value is shown exactly as it would be sent.
+        question = Question(
+            key,
+            self.sanitize(f"Please confirm the {label}: ") + shown + ". Is that right?",
+            {"type": "boolean"},
+            kind="confirmation",
+            shows={"slot": slot_key, "value": value, "digest": bound},
+        )
+        declined = f"the user said {label} {shown} is not right; answer {slot_key} to change it"
+        self.bound_slot(key, f"the user confirms the {label}", bound, question, declined)
+
+    def consent(self, payload: Mapping[str, Any] | None, payload_digest: str | None) -> None:
+        """`x-preflight.consent` or a `[confirm] text` label: the requesting user's yes to the whole call,
+        asked once the payload is final and shown to them in words."""
+        spec = self.contract.extension.consent
+        texts = [lb.text for lb in self.plan.label_consents]
+        if spec is not None:
+            if spec.when is not None:
+                res, needed = self.judge(spec.when)
+                if needed is None:
+                    self.add(self.unsettled(CONSENT_KEY, "provider", spec.text, res))
+                    return
+                if needed:
+                    texts.insert(0, spec.text)
+            else:
+                texts.insert(0, spec.text)
+        if not texts:
+            return
+        label = "the user consents to the call"
+        if payload is None or payload_digest is None:
+            self.add(
+                SlotState(
+                    CONSENT_KEY,
+                    "intent",
+                    "provider",
+                    label,
+                    "unknown",
+                    route="hold",
+                    detail="the user is asked to consent once the payload is complete and valid",
+                )
+            )
+            return
+        words = self.payload_words(payload)
+        question = Question(
+            CONSENT_KEY,
+            self.sanitize(" ".join(texts)) + " " + words + " Shall this be done?",
+            {"type": "boolean"},
+            kind="consent",
+            shows={"payload": dict(payload), "digest": payload_digest, "words": words},
+        )
+        self.bound_slot(CONSENT_KEY, label, payload_digest, question, "the user declined the call as shown")
+
+    def effect_key(self, payload: Mapping[str, Any] | None) -> None:
+        """The lock the gate will take for this payload (`x-preflight.effect_key`), shown in the record; a key
+        with no value for it holds here rather than granting a call the gate would refuse."""
+        expr = self.contract.extension.effect_key
+        if expr is None or payload is None:
+            return
+        key, text = "cond:effect_key", "what this call changes, one run at a time"
+        try:
+            value = evaluate_key(expr, args=payload, principal=self.request.principal)
+        except ExpressionError as exc:
+            detail = f"the effect key has no value for these arguments: {exc.reason}"
+            finding = Finding("condition", "error", detail=exc.reason)
+            self.add(
+                SlotState(
+                    key,
+                    "condition",
+                    "provider",
+                    text,
+                    "unknown",
+                    route="hold",
+                    findings=(finding,),
+                    detail=detail,
+                )
+            )
+            return
+        self.add(
+            SlotState(
+                key,
+                "condition",
+                "provider",
+                text,
+                "known",
+                f"{self.contract.server}/{value}",
+                "condition",
+                findings=(Finding("condition", "found"),),
+            )
+        )
+
+    def payload_words(self, payload: Mapping[str, Any]) -> str:
+        """The call in words: what it changes, then every argument by its label. Never the tool's name."""
+        parts = []
+        for path, value in _flatten(payload):
+            info = self.plan.props.get(path)
+            label = info.label if info is not None else path.replace("_", " ").replace(".", " ")
+            parts.append(f"{self.sanitize(label)}: {_words(value)}")
+        change = self.contract.extension.state_change
+        head = self.sanitize(f"This will do the following ({change}).") if change else "This will be done."
+        return f"{head} " + "; ".join(parts) + "." if parts else head
 
     # ---- payload and verdict ---------------------------------------------------------------------
 
@@ -1446,6 +1686,8 @@ class _Run:
         self.value_only_slots(payload, valid)
         full_digest = digest(payload) if payload is not None else None
         payload_digest = full_digest if valid else None
+        self.consent(payload if valid else None, payload_digest)
+        self.effect_key(payload if valid else None)
         self.approvals(payload_digest)
         notices = self.plan.notices
         verdict = self.count(valid, errors)
@@ -1472,6 +1714,7 @@ class _Run:
             reasons=tuple(self.reasons),
             evaluated_at=self.now.isoformat(),
             timing_at=self.timing_at.isoformat() if self.timing_at else None,
+            fresh_until=self.fresh_until.isoformat() if self.fresh_until else None,
         )
 
     def count(
@@ -1482,13 +1725,18 @@ class _Run:
         holds = [
             s
             for s in unknown
-            if s.route in ("hold", "provider_gap", "unsupported") and not s.key.startswith("approval:")
+            if s.route in ("hold", "provider_gap", "unsupported")
+            and not s.key.startswith(("approval:", CONSENT_KEY))
         ]
         unmet_holds = [u for u in self.unmet if u.on_false == "hold"]
-        asks = [s for s in unknown if s.route == "ask_user"]
+        # The user's yes/no to a value or the call: asked before a deferral (the user is here now, maybe not
+        # at trigger time), after the lookups (a held call needs no yes).
+        yes_asks = [s for s in unknown if s.route == "ask_user" and s.key.startswith(_YES_PREFIXES)]
+        asks = [s for s in unknown if s.route == "ask_user" and not s.key.startswith(_YES_PREFIXES)]
         measures = [s for s in unknown if s.route == "measure"]
         confirms = self.confirms
-        approvals = [s for s in unknown if s.key.startswith("approval:")]
+        # A consent not askable yet (no valid payload) waits like an approval: last, and never an execute.
+        approvals = [s for s in unknown if s.key.startswith("approval:") or s.key == CONSENT_KEY]
         if blocks:
             self.reasons.extend(f"blocked by {u.id}: {u.text}" for u in blocks)
             return "block"
@@ -1500,6 +1748,9 @@ class _Run:
         if asks:
             self.reasons.append(f"{len(asks)} slot(s) need the user's answer")
             return "ask"
+        if yes_asks and (self.deferred or not measures):
+            self.reasons.append(f"{len(yes_asks)} value(s) or the call need the user's yes")
+            return "ask"
         if self.deferred:
             self.reasons.append("timing is in the future: preflight again at trigger time")
             return "deferred"
@@ -1507,13 +1758,17 @@ class _Run:
             self.reasons.append(f"{len(measures)} slot(s) wait for lookups")
             return "measure"
         if confirms or approvals:
-            self.reasons.extend(f"{s.key}: awaiting approval" for s in (*confirms, *approvals))
+            self.reasons.extend(
+                f"{s.key}: {s.detail or 'awaiting approval'}" for s in (*confirms, *approvals)
+            )
             return "hold"
         self.reasons.append("every obligation is settled and the payload is valid")
         return "execute"
 
 
 _BAD = object()
+MAX_CLOCK_SKEW_S = 30.0  # how far ahead of this clock an observation's time may be
+_YES_PREFIXES = (CONFIRM_PREFIX, CONSENT_KEY)
 # Findings are immutable, so the plain "nothing here" finding of each source is shared, not rebuilt.
 _NO_RESULT = {
     source: Finding(source, "no_result")
@@ -1558,6 +1813,29 @@ def _responsible(
     """Whether a construct may be what refuses the payload: an error about the object it constrains as a
     whole, or one whose schema path passes through it. An error about one argument's own value is not."""
     return any(path == at or construct in keywords for path, keywords in refusals)
+
+
+def _words(value: Any) -> str:
+    """A value as the user reads it: JSON, exactly (nothing rounded, quotes and newlines escaped), with every
+    character that does not show itself (controls, format characters such as bidi overrides and zero-width
+    joiners, separators other than a space) spelled as an escape, so what the user says yes to is what they
+    see."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return "".join(f"\\u{ord(c):04x}" if c != " " and unicodedata.category(c) in _UNSEEN else c for c in text)
+
+
+_UNSEEN = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp", "Zs"})
+
+
+def _flatten(payload: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name, value in payload.items():
+        path = f"{prefix}.{name}" if prefix else name
+        if isinstance(value, Mapping) and value:
+            out.extend(_flatten(value, path))
+        else:
+            out.append((path, value))
+    return out
 
 
 def _errors_at(validator: PayloadValidator, payload: dict[str, Any], where: tuple[str | int, ...]) -> bool:

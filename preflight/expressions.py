@@ -39,10 +39,9 @@ import cel
 
 from preflight.errors import ExpressionError
 
-__all__ = ["HELPERS", "ROOTS", "Expression", "compile_expression", "evaluate"]
+__all__ = ["HELPERS", "ROOTS", "Expression", "compile_expression", "evaluate", "evaluate_key"]
 
 ROOTS = ("arg", "measure", "principal", "env")
-
 
 
 def _list(value: Any, name: str) -> list[Any]:
@@ -141,6 +140,31 @@ def evaluate(
     env: Mapping[str, Any] | None = None,
 ) -> bool:
     """The boolean value of `expr`; raises `ExpressionError` instead of guessing when it has none."""
+    result = _execute(expr, args=args, measures=measures, principal=principal, env=env)
+    if not isinstance(result, bool):
+        raise ExpressionError(expr.source, f"result is {type(result).__name__} {result!r}, not a boolean")
+    return result
+
+
+def evaluate_key(expr: Expression, *, args: Mapping[str, Any], principal: str = "") -> str:
+    """The string value of a key expression (an `effect_key`); an int is spelled as text. Anything else,
+    a bool or a float included, raises `ExpressionError`: two spellings of one key would be two locks."""
+    result = _execute(expr, args=args, measures={}, principal=principal, env=None)
+    if isinstance(result, int) and not isinstance(result, bool):
+        return str(result)
+    if not isinstance(result, str) or not result:
+        raise ExpressionError(expr.source, f"result is {type(result).__name__} {result!r}, not a key")
+    return str(result)
+
+
+def _execute(
+    expr: Expression,
+    *,
+    args: Mapping[str, Any],
+    measures: Mapping[str, Any],
+    principal: str,
+    env: Mapping[str, Any] | None,
+) -> Any:
     # A root the expression never names cannot change its value; converting it would be wasted work.
     roots = expr.roots
     context: dict[str, Any] = {}
@@ -166,8 +190,6 @@ def evaluate(
     # exception types; each of them means there is no answer.
     except Exception as error:
         raise ExpressionError(expr.source, f"failed: {type(error).__name__}: {error}") from error
-    if not isinstance(result, bool):
-        raise ExpressionError(expr.source, f"result is {type(result).__name__} {result!r}, not a boolean")
     return result
 
 

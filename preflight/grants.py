@@ -15,6 +15,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -149,10 +150,17 @@ class GrantSigner:
         now: datetime,
         ttl_s: int,
         nonce: str | None = None,
+        not_after: datetime | None = None,
     ) -> tuple[str, GrantClaims]:
+        """`not_after`: the grant expires no later than this, whatever `ttl_s` says (the first observation
+        its record rests on goes stale then)."""
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s <= 0:
             raise ValueError(f"ttl_s must be a positive number of seconds, got {ttl_s!r}")
         issued_at = int(_unix(now))
+        expires_at = issued_at + ttl_s
+        if not_after is not None:
+            # Rounded down: a grant may end a little early, never after its evidence.
+            expires_at = min(expires_at, math.floor(_unix(not_after)))
         claims = GrantClaims(
             execution_id=execution_id,
             principal=principal,
@@ -163,7 +171,7 @@ class GrantSigner:
             record_digest=record_digest,
             checklist_version=checklist_version,
             issued_at=issued_at,
-            expires_at=issued_at + ttl_s,
+            expires_at=expires_at,
             nonce=secrets.token_urlsafe(18) if nonce is None else nonce,
             key_id=self._key_id,
         )

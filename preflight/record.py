@@ -100,7 +100,7 @@ class SlotState:
         return out
 
 
-QuestionKind = Literal["value", "choice", "without"]
+QuestionKind = Literal["value", "choice", "without", "confirmation", "consent"]
 
 
 @fast_init
@@ -108,27 +108,33 @@ QuestionKind = Literal["value", "choice", "without"]
 class Question:
     """What the user is asked. `schema` is what an answer must satisfy before it counts (otherwise 422
     `invalid_answer`). `kind`: "value" (say the value), "choice" (pick one of `options`, by label or
-    index), "without" (the tool has no such setting: answer null to go ahead without it).
-    `reason`: why the value stated before cannot be used. `proposed`: a value the conversation proposed
-    that did not settle the slot, shown beside the question, one element or none."""
+    index), "without" (the tool has no such setting: answer null to go ahead without it),
+    "confirmation" (the user's yes/no to one value, shown in `shows`) or "consent" (the user's yes/no to
+    the whole call, the payload shown in words and in `shows`). A confirmation or consent is bound to
+    `shows["digest"]`. `reason`: why the value stated before cannot be used. `proposed`: a value the
+    conversation proposed that did not settle the slot, shown beside the question, one element or none."""
 
     slot: str
     text: str
     schema: Mapping[str, Any]
     options: tuple[str, ...] = ()
     kind: QuestionKind = "value"
+    shows: Mapping[str, Any] | None = None
     reason: str | None = None
     proposed: tuple[Any, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        kind = "choice" if self.kind == "value" and self.options else self.kind
         out: dict[str, Any] = {
             "slot": self.slot,
-            "kind": self.kind,
+            "kind": kind,
             "text": self.text,
             "schema": dict(self.schema),
         }
         if self.options:
             out["options"] = list(self.options)
+        if self.shows is not None:
+            out["shows"] = dict(self.shows)
         if self.reason is not None:
             out["reason"] = self.reason
         if self.proposed:
@@ -200,6 +206,9 @@ class Record:
     reasons: tuple[str, ...]  # why the verdict is what it is, in words
     evaluated_at: str
     timing_at: str | None = None
+    # The moment the first observation this record rests on goes stale (observed_at + max_age_s): a grant
+    # for it expires no later than this.
+    fresh_until: str | None = None
 
     def slot(self, key: str) -> SlotState:
         for s in self.slots:
@@ -230,6 +239,7 @@ class Record:
             "reasons": list(self.reasons),
             "evaluated_at": self.evaluated_at,
             "timing_at": self.timing_at,
+            "fresh_until": self.fresh_until,
         }
 
     def digest(self) -> str:
@@ -265,7 +275,11 @@ def _body_digest(body: dict[str, Any]) -> str:
             if pointer is not None and not written_as_is(pointer):
                 return digest(body)
     for question in body["questions"]:
-        if not written_as_is(question["schema"]) or not written_as_is(question.get("proposed")):
+        if (
+            not written_as_is(question["schema"])
+            or not written_as_is(question.get("shows"))
+            or not written_as_is(question.get("proposed"))
+        ):
             return digest(body)
     for measure in body["measures"]:
         if not written_as_is(measure["args"]):

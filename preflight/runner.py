@@ -6,10 +6,11 @@ The server runs the same frontier as a Celery group; this runner is for embedded
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .engine import Plan, preflight
@@ -102,13 +103,20 @@ def settle(
 ) -> tuple[Record, Evidence]:
     """Preflight, run the lookup frontier, repeat until the verdict no longer waits for lookups.
 
-    Round trips scale with dependency depth: each round runs every lookup whose inputs are settled.
+    Round trips scale with dependency depth: each round runs every lookup whose inputs are settled. Time runs
+    on the evidence's clock (`evidence.now` plus the time elapsed): lookups are stamped with it and each round
+    is preflighted at it, so a caller's fixed or simulated clock and the observations agree.
     """
+    started, origin = time.monotonic(), evidence.now
+
+    def clock() -> datetime:
+        return origin + timedelta(seconds=time.monotonic() - started)
+
     record = preflight(plan, request, evidence)
     for _ in range(max_rounds):
         if record.verdict != "measure" or not record.measures:
             break
-        observed = run_frontier(record.measures, registry, timeout_s=timeout_s)
-        evidence = replace(evidence, observations={**evidence.observations, **observed})
+        observed = run_frontier(record.measures, registry, timeout_s=timeout_s, clock=clock)
+        evidence = replace(evidence, now=clock(), observations={**evidence.observations, **observed})
         record = preflight(plan, request, evidence)
     return record, evidence

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,7 +16,7 @@ from console import services
 from console.api.access import execution_or_404
 from console.api.common import AGENT_PERMISSIONS, actor, errors
 from console.api.fields import AnyJSON, Array, Flag, Integer, Object, Text
-from console.api.records import InvalidAnswerOut, RecordOut
+from console.api.records import ErrorOut, InvalidAnswerOut, RecordOut
 from console.errors import BadInput
 from console.records import has_answer_rows, record_answer
 
@@ -292,15 +292,38 @@ class ExecutionAnswerView(APIView):
     @extend_schema(
         operation_id="executions_answer",
         summary="Answer questions (and optionally remember answers); the execution is preflighted again",
-        description="Each answer is checked against its question's `schema` first (an answer to a slot not "
-        "asked now, against the schema its question would carry). One the schema refuses answers 422 "
-        "`invalid_answer` with `slot` and `reason`, and nothing is settled; the attempt is still recorded in "
-        "the audit chain. Answers for arguments the tool does not declare are accepted: they become slots, "
-        "and the whole-payload validation decides (a tool that cannot take one asks whether to go ahead "
-        "without it: answer null). `remember` is refused (422 `not_rememberable`) for a slot whose sources "
-        "lack user_answer or preset.",
+        description=(
+            "Answers are keyed by the question's `slot`. Each answer is checked against its question's"
+            " `schema` first (an answer to a slot not asked now, against the schema its question would"
+            " carry). One the schema refuses answers 422 `invalid_answer` with `slot` and `reason`, and"
+            " nothing is settled; the attempt is still recorded in the audit chain. Answers for arguments"
+            " the tool does not declare are accepted: they become slots, and the whole-payload validation"
+            " decides (a tool that cannot take one asks whether to go ahead without it: answer null)."
+            " `remember` is refused (422 `not_rememberable`) for a slot whose sources lack user_answer or"
+            " preset. A `confirmation` or `consent` question is answered true (yes) or false (no), or"
+            ' {"yes": <bool>, "digest": <shows.digest>}; the answer binds to the digest the latest'
+            " record's question shows, even when the same request changes the value (the new value is"
+            " then asked again)."
+        ),
         request=AnswersIn,
-        responses={200: RecordOut, **errors(404, 409), 422: InvalidAnswerOut},
+        responses={
+            200: RecordOut,
+            **errors(404),
+            409: OpenApiResponse(
+                ErrorOut,
+                description=(
+                    "`already_ran`; `not_asked`: no confirmation or consent question for that slot awaits an"
+                    " answer in the latest record; `stale_value`: the digest named is not the one shown"
+                ),
+            ),
+            422: OpenApiResponse(
+                InvalidAnswerOut,
+                description=(
+                    "`invalid_answer`: an answer its question's schema refuses (for a confirmation or"
+                    " consent: not a yes or a no); `not_rememberable`; `unknown_slot`; `not_answerable`"
+                ),
+            ),
+        },
     )
     def post(self, request: Request, execution_id: str) -> Response:
         data = AnswersIn(data=request.data)
@@ -324,8 +347,29 @@ class ExecutionRunView(APIView):
     @extend_schema(
         operation_id="executions_run",
         summary="Run the granted call, once. 409 for an expired, used, tampered or foreign grant",
+        description=(
+            "The gate re-checks what the grant rests on before the call: the tool's current contract, and the"
+            " conditions the contract marks `recheck` (or, with an `effect_key`, every condition that reads a"
+            " measure), measured again under a lock held per effect key until the outcome is recorded. A"
+            " refusal never reaches the tool."
+        ),
         request=RunIn,
-        responses={200: RunOut, **errors(404, 409)},
+        responses={
+            200: RunOut,
+            **errors(404),
+            409: OpenApiResponse(
+                ErrorOut,
+                description=(
+                    "`grant_expired` (also once the observations it rests on are stale), `grant_used`,"
+                    " `grant_superseded`, `grant_mismatch`, `grant_malformed`, `grant_bad_signature`,"
+                    " `grant_unknown_key`, `grant_unknown`; `contract_changed`: the tool's contract is no"
+                    " longer the one the grant was issued under (a catalog change voids grants);"
+                    " `state_changed`: a re-checked condition no longer holds; `recheck_failed`: it could"
+                    " not be measured again;"
+                    " `effect_busy`: another run of the same effect key held its lock too long"
+                ),
+            ),
+        },
     )
     def post(self, request: Request, execution_id: str) -> Response:
         data = RunIn(data=request.data)

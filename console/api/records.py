@@ -18,7 +18,10 @@ class FindingOut(serializers.Serializer):
 
 class SlotOut(serializers.Serializer):
     key = serializers.CharField(
-        help_text="arg:<name>, cond:<id>, fixed:..., user:<rule>, approval:<id>, branch:..."
+        help_text=(
+            "arg:<name>, cond:<id>, fixed:..., user:<rule>, approval:<id>, branch:..., confirm:<slot key>"
+            " (the user's confirmation of that value), consent:call (the user's consent to the whole call)"
+        )
     )
     kind = serializers.ChoiceField(choices=["value", "condition", "intent"])
     defined_by = serializers.ChoiceField(choices=["fixed", "provider", "policy", "user"])
@@ -56,11 +59,18 @@ class ProposedOut(serializers.Serializer):
 
 
 class QuestionOut(serializers.Serializer):
-    slot = serializers.CharField(help_text="the slot key to answer, in `answers`")
+    slot = serializers.CharField(help_text="the slot key to answer under in POST .../answers (`answers`)")
     kind = serializers.ChoiceField(
-        choices=["value", "choice", "without"],
-        help_text="value: say the value; choice: one of `options` (its label, or its index); without: the "
-        "action has no setting for this undeclared argument, answer null to go ahead without it",
+        choices=["value", "choice", "without", "confirmation", "consent"],
+        help_text=(
+            "value: say the value; choice: one of `options` (its label, or its index); without: the action"
+            " has no setting for this undeclared argument, answer null to go ahead without it;"
+            " confirmation: the requesting user's yes (true) or no (false) to the one value in `shows`;"
+            " consent: the requesting user's yes or no to the whole call, the final payload in `shows` and"
+            " in words in `text`. A confirmation or consent binds to `shows.digest`: a changed value or"
+            " payload voids it, yes or no, and is asked again. A no blocks the call while it stands. Only"
+            " the user's channel (the agent API) answers these; an approver cannot."
+        ),
     )
     text = serializers.CharField()
     schema = serializers.DictField(
@@ -68,6 +78,13 @@ class QuestionOut(serializers.Serializer):
         "optional argument's schema admits null, which leaves it out"
     )
     options = serializers.ListField(child=serializers.CharField(), required=False)
+    shows = serializers.DictField(
+        required=False,
+        help_text=(
+            'confirmation: {"slot", "value", "digest"}; consent: {"payload", "digest", "words"}. An answer'
+            ' may be true/false or {"yes": <bool>, "digest": <this digest>}'
+        ),
+    )
     reason = serializers.CharField(
         required=False,
         help_text="why the value stated before cannot be used (what the tool's schema refuses)",
@@ -126,6 +143,10 @@ class RecordOut(serializers.Serializer):
     reasons = serializers.ListField(child=serializers.CharField())
     evaluated_at = serializers.DateTimeField()
     timing_at = serializers.DateTimeField(allow_null=True)
+    fresh_until = serializers.DateTimeField(
+        allow_null=True,
+        help_text="when the first observation this record rests on goes stale; its grant expires no later",
+    )
     record_digest = serializers.CharField()
     grant = serializers.CharField(allow_null=True, help_text="a single-use grant token (verdict execute)")
     grant_expires_at = serializers.DateTimeField(allow_null=True)

@@ -168,7 +168,8 @@ class ScriptedUser:
         for key, prop in params.requested_schema["properties"].items():
             if key in scenario.answers:
                 content[key] = scenario.answers[key]
-            elif key == CONFIRM_FIELD:
+            elif key == CONFIRM_FIELD or prop.get("type") == "boolean":
+                # The gateway's own confirm, and the user's yes to a value or to the call as shown.
                 content[key] = True
             elif key == "fixed:timing":
                 content[key] = "immediate"

@@ -13,6 +13,7 @@ from itertools import pairwise
 from typing import Any
 
 from preflight.approvals import value_digest
+from preflight.confirmations import is_user_yes_key
 
 # Slots a reviewer may give a value for (the same set the answer service accepts, less fixed:tool, whose
 # answer is a choice among tools the console never names).
@@ -198,9 +199,14 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
             row.flags.append(
                 Flag("error", f"{f.get('source')} failed: {detail}" if detail else "lookup failed")
             )
+    if is_user_yes_key(key):
+        # The requesting user's own yes or no: evidence for the approver, never theirs to give.
+        row.flags.append(Flag("user-yes", "the user's to answer, not an approver's"))
     if s.get("met") is False:
         row.css.append("unmet")
-        on_false = next((u["on_false"] for u in record.get("unmet") or [] if f"cond:{u['id']}" == key), None)
+        on_false = next(
+            (u["on_false"] for u in record.get("unmet") or [] if key in (u["id"], f"cond:{u['id']}")), None
+        )
         row.flags.append(Flag("unmet", f"unmet: {on_false or 'hold'}"))
     if s.get("gap") == "provider_gap" or s.get("route") == "provider_gap":
         row.css.append("gap")
@@ -219,7 +225,7 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
         row.spans = " ".join(f"{t}:{a}:{b}" for t, a, b in spans)
         row.first_span = spans[0]
 
-    if row.approval in ("required", "void") and status == "known" and not key.startswith("approval:"):
+    if row.approval in ("required", "void") and status != "unknown" and not key.startswith("approval:"):
         row.approvable = ctx.can_approve
         row.value_digest = value_digest(s.get("value"))
     if row.approval == "approved":
@@ -251,6 +257,8 @@ def _value_text(s: Mapping[str, Any]) -> str:
         return "met" if s["met"] else "not met"
     if key.startswith("approval:") and status == "known":
         return f"payload {short(value)}"
+    if is_user_yes_key(key) and status == "known":
+        return "the user said no" if value is False else f"the user said yes (to {short(value)})"
     if status == "null":
         return "null" if value is None else show(value)
     if key == "fixed:timing" and isinstance(value, Mapping):

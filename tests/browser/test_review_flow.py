@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 from console import models, services
 from console.demo import review_data
 from console.demo.review_data import ALICE_MAIN, ALICE_SAVINGS, BOB
+from preflight.approvals import value_digest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -85,25 +86,17 @@ def test_an_approver_reviews_a_held_transfer_until_it_may_execute(
     expect(page.locator("mark.lit")).to_have_text(BOB)
     screenshot(page, "review-form")
 
-    recipient = slot(page, "arg:to_account")
-    recipient.get_by_role("button", name="Approve arg:to_account").click()
-    expect(recipient.locator(".approval-approved")).to_have_text("approved")
+    # The recipient is the user's to confirm: the approver sees that as evidence, with no button of theirs.
+    expect(slot(page, "arg:to_account").get_by_role("button", name="Approve arg:to_account")).to_have_count(0)
+    expect(slot(page, "confirm:arg:to_account")).to_contain_text("the user's to answer, not an approver's")
 
-    # A changed value voids its approval, and the page shows what was approved against what is there now.
-    edit(page, "arg:to_account", ALICE_SAVINGS)
-    recipient = slot(page, "arg:to_account")
-    expect(recipient.locator(".approval-void")).to_have_text("void")
-    expect(recipient.get_by_test_id("change").locator("del")).to_have_text(BOB)
-    expect(recipient.get_by_test_id("change").locator("ins")).to_have_text(ALICE_SAVINGS)
-    expect(recipient.locator(".badge")).to_contain_text("reviewer answer · user:carol")
-    screenshot(page, "review-void-diff")
-
-    recipient.get_by_role("button", name="Approve arg:to_account").click()
-    expect(slot(page, "arg:to_account").locator(".approval-approved")).to_have_text("approved")
-    edit(page, "arg:memo", "rent")
-    # The last answer: nothing left to ask, so the balance lookup runs and the conditions can be evaluated.
-    edit(page, "arg:from_account", ALICE_MAIN)
+    # The user answers through the agent; the balance lookup runs; the user confirms and consents.
+    user_answers(execution, {"arg:memo": "rent", "arg:from_account": ALICE_MAIN})
+    user_answers(execution, {"confirm:arg:to_account": True, "consent:call": True})
+    page.reload()
+    expect(page.get_by_test_id("verdict")).to_have_text("hold")
     expect(slot(page, "cond:balance_covers_amount").locator(".v")).to_have_text("met")
+    expect(slot(page, "confirm:arg:to_account").locator(".v")).to_contain_text("the user said yes")
 
     approve = page.get_by_test_id("approve-execution")
     expect(approve).to_be_enabled()
@@ -114,22 +107,78 @@ def test_an_approver_reviews_a_held_transfer_until_it_may_execute(
 
     execution.refresh_from_db()
     assert execution.verdict == "execute"
-    answers = models.Answer.objects.filter(execution=execution, channel="reviewer")
-    assert {a.answered_by for a in answers} == {"user:carol"}
+    assert not models.Answer.objects.filter(execution=execution, channel="reviewer").exists()
     assert models.Grant.objects.filter(execution=execution, used_at__isnull=True).count() == 1
+
+
+def test_an_approvers_edit_waits_for_another_approver_and_shows_what_changed(
+    browser_page: Callable[..., Any], screenshot: Callable[[Any, str], Path]
+) -> None:
+    review_data.register_bank()
+    execution = review_data.held_transfer()
+    frank = person("frank", "approver")
+    services.execution_answer(
+        execution_id=execution.pk,
+        answers={"arg:memo": "rent"},
+        answered_by="user:frank",
+        channel="reviewer",
+        actor="t",
+    )
+    services.approval_create(
+        execution_id=execution.pk,
+        slot_key="arg:memo",
+        value_digest_seen=value_digest("rent"),
+        approver=person("gina", "approver"),
+    )
+    page = browser_page(person("dave", "approver"))
+    page.goto(f"/executions/{execution.pk}/")
+    expect(slot(page, "arg:memo").locator(".approval-approved")).to_have_text("approved")
+
+    # Dave changes the value: gina's approval was for the old one, and dave cannot approve his own edit.
+    edit(page, "arg:memo", "gas")
+    memo = slot(page, "arg:memo")
+    expect(memo.locator(".approval-void")).to_have_text("void")
+    expect(memo.get_by_test_id("change").locator("del")).to_have_text("rent")
+    expect(memo.get_by_test_id("change").locator("ins")).to_have_text("gas")
+    expect(memo.locator(".badge")).to_contain_text("reviewer answer · user:dave")
+    screenshot(page, "review-void-diff")
+    memo.get_by_role("button", name="Approve arg:memo").click()
+    expect(page.locator(".messages")).to_contain_text("another approver has to approve it")
+    assert (
+        frank.username == "frank" and not models.Approval.objects.filter(approver__username="dave").exists()
+    )
 
 
 def test_every_review_form_works_without_javascript(browser_page: Callable[..., Any]) -> None:
     review_data.register_bank()
     execution = review_data.held_transfer()
+    person("frank", "approver")
+    services.execution_answer(
+        execution_id=execution.pk,
+        answers={"arg:memo": "rent"},
+        answered_by="user:frank",
+        channel="reviewer",
+        actor="t",
+    )
     page = browser_page(person("dave", "approver"), javascript=False)
 
     page.goto(f"/executions/{execution.pk}/")
-    slot(page, "arg:to_account").get_by_role("button", name="Approve arg:to_account").click()
+    slot(page, "arg:memo").get_by_role("button", name="Approve arg:memo").click()
 
     expect(page).to_have_url(re.compile(rf"/executions/{execution.pk}/"))
-    expect(slot(page, "arg:to_account").locator(".approval-approved")).to_have_text("approved")
-    expect(page.locator(".messages")).to_contain_text("arg:to_account: approved")
+    expect(slot(page, "arg:memo").locator(".approval-approved")).to_have_text("approved")
+    expect(page.locator(".messages")).to_contain_text("arg:memo: approved")
+
+
+def user_answers(execution: models.Execution, answers: dict[str, Any]) -> None:
+    """The requesting user's answers, relayed by the agent (the user's channel)."""
+    services.execution_answer(
+        execution_id=execution.pk,
+        answers=answers,
+        answered_by=execution.principal,
+        channel="agent",
+        actor="agent",
+    )
 
 
 def test_an_auditor_verifies_the_chain(

@@ -19,7 +19,10 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def confirmed(quick_bank: Downstream) -> Downstream:
     tool = copy.deepcopy(TRANSFER)
-    tool["x-preflight"]["slots"]["to_account"] = {"sources": ["user_answer", "instruction"], "confirm": True}
+    tool["x-preflight"]["slots"]["to_account"] = {
+        "sources": ["user_answer", "instruction"],
+        "confirm": {"by": "approver"},
+    }
     services.catalog_import(
         server="bank", tools=[tool], annotations_trusted=True, connector={"kind": "python"}, actor="test"
     )

@@ -81,6 +81,31 @@ def test_the_schema_describes_the_connector_the_gate_reads(schema: dict[str, Any
     assert "PREFLIGHT_HTTP_ALLOW" in connector["url"]["description"]
 
 
+def test_the_schema_documents_confirmation_and_consent_questions(schema: dict[str, Any]) -> None:
+    schemas = schema["components"]["schemas"]
+    question = schemas["QuestionOut"]["properties"]
+
+    assert set(schemas["QuestionOutKindEnum"]["enum"]) == {
+        "value",
+        "choice",
+        "without",
+        "confirmation",
+        "consent",
+    }
+    assert "shows" in question
+    assert "fresh_until" in schema["components"]["schemas"]["RecordOut"]["properties"]
+
+
+def test_the_schema_documents_the_gates_and_the_answers_refusals(schema: dict[str, Any]) -> None:
+    run = schema["paths"]["/api/v1/executions/{execution_id}/run"]["post"]["responses"]["409"]["description"]
+    answers = schema["paths"]["/api/v1/executions/{execution_id}/answers"]["post"]["responses"]
+
+    for code in ("contract_changed", "state_changed", "recheck_failed", "effect_busy", "grant_expired"):
+        assert f"`{code}`" in run
+    assert "`not_asked`" in answers["409"]["description"] and "`stale_value`" in answers["409"]["description"]
+    assert "`invalid_answer`" in answers["422"]["description"]
+
+
 def test_the_answers_operation_documents_invalid_answer_and_the_question_shape(
     schema: dict[str, Any],
 ) -> None:

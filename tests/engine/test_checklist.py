@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 from builders import NOW, Said, request, tool
-from test_engine import approved_to, observed
+from test_engine import confirmed_to, observed
 
 from preflight import Evidence, ExecutionRequest, compile_plan, contract_from_mcp, load_rules, preflight
 from preflight.checklist import FIXED_CHECKLIST, FIXED_CHECKLIST_DATA, load_fixed_checklist
@@ -20,7 +20,8 @@ def run_with(checklist: Any, req: ExecutionRequest, *, principal: str = "user:al
     from dataclasses import replace
 
     plan = compile_plan(contract_from_mcp("bank", tool()), [checklist])
-    evidence = Evidence(now=NOW, observations=observed(req, 9000), approvals=approved_to())
+    confirmed = {k: replace(a, answered_by=principal) for k, a in confirmed_to().items()}
+    evidence = Evidence(now=NOW, observations=observed(req, 9000), answers=confirmed)
     return preflight(plan, replace(req, principal=principal), evidence)
 
 

@@ -8,6 +8,7 @@ from builders import NOW, Said, request, run, tool
 
 from preflight import Answer, Evidence, ExecutionRequest, Observation, Preset, PriorValue, approve
 from preflight.canonical import digest
+from preflight.confirmations import confirmation_answer
 from preflight.contract import contract_from_mcp
 from preflight.engine import compile_plan, preflight, select_tool
 from preflight.runner import settle
@@ -23,8 +24,9 @@ def observed(
     return {obs.key: obs}
 
 
-def approved_to(value: str = "DE0212030000") -> tuple[Any, ...]:
-    return (approve("arg:to_account", value, approver="user:bob", at=NOW),)
+def confirmed_to(value: str = "DE0212030000", *, yes: bool = True) -> dict[str, Answer]:
+    """The requesting user's answer to the confirmation of the recipient (`confirm: true`)."""
+    return {"confirm:arg:to_account": Answer(confirmation_answer(value, yes=yes), "user:alice", "c1")}
 
 
 # ---- the account-then-balance dependency --------------------------------------------------------------
@@ -34,7 +36,7 @@ def test_a_missing_account_is_asked_and_the_balance_is_not(alice: Said) -> None:
     req = request(alice, {"amount": (120, "120"), "to_account": ("DE0212030000", "DE02 1203 0000")})
     record = run(tool(), req)
     assert record.verdict == "ask"
-    assert [q.slot for q in record.questions] == ["arg:from_account"]
+    assert [q.slot for q in record.questions] == ["arg:from_account", "confirm:arg:to_account"]
     balance = record.slot("cond:balance_covers_amount")
     assert balance.status == "unknown" and balance.route == "ask_user"
     assert record.measures == ()
@@ -51,7 +53,7 @@ def test_a_balance_not_yet_measured_is_measured_never_asked(grounded: ExecutionR
 
 def test_an_insufficient_balance_holds_and_is_not_asked_again(grounded: ExecutionRequest) -> None:
     record = run(
-        tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 50), approvals=approved_to())
+        tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 50), answers=confirmed_to())
     )
     assert record.verdict == "hold"
     cond = record.slot("cond:balance_covers_amount")
@@ -89,7 +91,7 @@ def test_a_balance_for_another_account_does_not_count(alice: Said) -> None:
 
 def test_a_settled_and_approved_transfer_executes(grounded: ExecutionRequest) -> None:
     record = run(
-        tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 500), approvals=approved_to())
+        tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 500), answers=confirmed_to())
     )
     assert record.verdict == "execute", record.reasons
     assert record.payload == {"from_account": "DE11", "to_account": "DE0212030000", "amount": 120}
@@ -107,9 +109,12 @@ def test_the_in_process_runner_settles_lookups_round_by_round(grounded: Executio
         return 500
 
     record, evidence = settle(
-        plan, grounded, Evidence(now=NOW, approvals=approved_to()), {"bank.balance": balance}
+        plan, grounded, Evidence(now=NOW, answers=confirmed_to()), {"bank.balance": balance}
     )
     assert record.verdict == "execute"
+    # Observed on the evidence's clock, however far that is from the wall clock.
+    (observation,) = evidence.observations.values()
+    assert NOW <= observation.observed_at < NOW + timedelta(seconds=5)
     assert calls == [{"account": "DE11"}]
     assert len(evidence.observations) == 1
 
@@ -245,7 +250,7 @@ def test_an_optional_argument_settled_through_the_chain_reaches_the_payload(alic
             "memo": ("rent", "rent"),
         },
     )
-    record = run(tool(), req, Evidence(now=NOW, observations=observed(req, 500), approvals=approved_to()))
+    record = run(tool(), req, Evidence(now=NOW, observations=observed(req, 500), answers=confirmed_to()))
     assert record.verdict == "execute"
     assert record.payload is not None and record.payload["memo"] == "rent"
 
@@ -256,7 +261,7 @@ def test_an_optional_argument_proposed_without_a_source_is_asked_not_dropped(
     from preflight.request import Candidate
 
     req = replace(grounded, candidates={**grounded.candidates, "memo": Candidate("rent", None)})
-    record = run(tool(), req, Evidence(now=NOW, observations=observed(req, 500), approvals=approved_to()))
+    record = run(tool(), req, Evidence(now=NOW, observations=observed(req, 500), answers=confirmed_to()))
     assert record.verdict == "ask"
     assert [q.slot for q in record.questions] == ["arg:memo"]
     assert "memo" not in (record.payload or {})
@@ -269,8 +274,7 @@ def test_an_optional_argument_answered_null_is_left_out(grounded: ExecutionReque
     evidence = Evidence(
         now=NOW,
         observations=observed(req, 500),
-        approvals=approved_to(),
-        answers={"arg:memo": Answer(None, "user:alice")},
+        answers={**confirmed_to(), "arg:memo": Answer(None, "user:alice")},
     )
     record = run(tool(), req, evidence)
     assert record.slot("arg:memo").status == "null"
@@ -283,8 +287,7 @@ def test_a_present_but_invalid_value_is_asked_again_with_the_reason_not_held(
     evidence = Evidence(
         now=NOW,
         observations=observed(grounded, 500),
-        approvals=approved_to(),
-        answers={"arg:amount": Answer(-5, "user:alice")},
+        answers={**confirmed_to(), "arg:amount": Answer(-5, "user:alice")},
     )
     record = run(tool(), grounded, evidence)
     slot = record.slot("arg:amount")
@@ -315,22 +318,22 @@ def test_sending_to_yourself_is_blocked(alice: Said) -> None:
     assert [u.id for u in record.unmet if u.on_false == "block"] == ["not_to_self"]
 
 
-def test_a_confirm_slot_holds_until_its_value_is_approved(grounded: ExecutionRequest) -> None:
+def test_a_confirm_slot_asks_the_user_to_confirm_its_value(grounded: ExecutionRequest) -> None:
     record = run(tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 500)))
-    assert record.verdict == "hold"
-    assert record.slot("arg:to_account").approval == "required"
+    assert record.verdict == "ask"
+    assert record.slot("arg:to_account").approval is None  # the user's to confirm, not an approver's
+    assert [(q.slot, q.kind) for q in record.questions] == [("confirm:arg:to_account", "confirmation")]
 
 
-def test_an_edited_value_voids_its_approval(grounded: ExecutionRequest) -> None:
+def test_an_edited_value_voids_its_confirmation(grounded: ExecutionRequest) -> None:
     evidence = Evidence(
         now=NOW,
         observations=observed(grounded, 500),
-        approvals=approved_to(),
-        answers={"arg:to_account": Answer("DE0299999999", "user:carol")},
+        answers={**confirmed_to(), "arg:to_account": Answer("DE0299999999", "user:alice")},
     )
     record = run(tool(), grounded, evidence)
-    assert record.slot("arg:to_account").approval == "void"
-    assert record.verdict == "hold"
+    assert record.slot("confirm:arg:to_account").status == "unknown"
+    assert record.verdict == "ask"
 
 
 def test_a_large_transfer_needs_an_approval_of_the_exact_payload(alice: Said) -> None:
@@ -343,7 +346,7 @@ def test_a_large_transfer_needs_an_approval_of_the_exact_payload(alice: Said) ->
             "to_account": ("DE0212030000", "DE02 1203 0000"),
         },
     )
-    evidence = Evidence(now=NOW, observations=observed(req, 9000), approvals=approved_to())
+    evidence = Evidence(now=NOW, observations=observed(req, 9000), answers=confirmed_to())
     record = run(tool(), req, evidence)
     assert record.verdict == "hold" and record.slot("approval:large_transfer").approval == "required"
     assert record.payload_digest is not None
@@ -353,7 +356,7 @@ def test_a_large_transfer_needs_an_approval_of_the_exact_payload(alice: Said) ->
 
 
 def test_a_condition_that_fails_to_evaluate_holds_instead_of_passing(grounded: ExecutionRequest) -> None:
-    evidence = Evidence(now=NOW, observations=observed(grounded, "lots"), approvals=approved_to())
+    evidence = Evidence(now=NOW, observations=observed(grounded, "lots"), answers=confirmed_to())
     record = run(tool(), grounded, evidence)
     slot = record.slot("cond:balance_covers_amount")
     assert record.verdict == "hold" and slot.route == "hold"
@@ -387,7 +390,7 @@ def test_a_future_timing_defers_and_takes_no_measurement(alice: Said) -> None:
         },
         timing={"mode": "at", "at": at, "pointer": said.at("on Friday")},
     )
-    record = run(tool(), req, Evidence(now=NOW, observations=observed(req, 500)))
+    record = run(tool(), req, Evidence(now=NOW, observations=observed(req, 500), answers=confirmed_to()))
     assert record.verdict == "deferred"
     assert record.measures == ()
     assert record.slot("cond:balance_covers_amount").status == "unknown"

@@ -298,3 +298,19 @@ def test_claims_naming_another_key_are_not_signed(signer: GrantSigner) -> None:
     _, claims = _issue(GrantSigner.generate())
     with pytest.raises(ValueError, match="claims name key"):
         signer.sign(claims)
+
+
+def test_a_grant_expires_no_later_than_the_evidence_it_rests_on(
+    signer: GrantSigner, keys: dict[str, Ed25519PublicKey]
+) -> None:
+    token, claims = _issue(signer, not_after=NOW + timedelta(seconds=15.9))
+
+    assert claims.expires_at == claims.issued_at + 15
+    assert verify_grant(token, keys=keys, expect=EXPECT, now=NOW + timedelta(seconds=14)) == claims
+    assert _reason(token, keys, now=NOW + timedelta(seconds=15)).reason == "expired"
+
+
+def test_evidence_fresher_than_the_default_lifetime_leaves_the_lifetime_alone(signer: GrantSigner) -> None:
+    _, claims = _issue(signer, not_after=NOW + timedelta(seconds=TTL * 10))
+
+    assert claims.expires_at == claims.issued_at + TTL

@@ -4,6 +4,7 @@ declare (the principal as a source and a lookup argument, list helpers in condit
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ import pytest
 from builders import Said
 from catalog_util import CATALOGS, catalogs_present
 
-from preflight import ContractError, Evidence, compile_plan, contract_from_mcp, preflight
+from preflight import Answer, ContractError, Evidence, Plan, compile_plan, contract_from_mcp, preflight
+from preflight.confirmations import bound_answer
+from preflight.recheck import recheck_for
 from preflight.record import Record
 from preflight.request import ExecutionRequest, parse_request
 from preflight.runner import settle
@@ -21,6 +24,16 @@ from preflight.sidecars import load_sidecar, parse_sidecar
 SIDECARS = Path(__file__).resolve().parents[2] / "sidecars"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 needs_catalogs = pytest.mark.skipif(not catalogs_present(), reason=f"no shared catalogs at {CATALOGS}")
+
+
+def _consented(plan: Plan, request: ExecutionRequest, evidence: Evidence, record: Record) -> Record:
+    """The user's yes to the call as shown: the retail side-car asks for it, as tau-bench's policy does."""
+    if record.verdict != "ask":
+        return record
+    (question,) = record.questions
+    assert question.kind == "consent" and question.shows is not None
+    yes = Answer(bound_answer(True, question.shows["digest"]), request.principal, "consent-1")
+    return preflight(plan, request, replace(evidence, answers={**evidence.answers, "consent:call": yes}))
 
 
 def _catalog(stem: str) -> dict[str, dict[str, Any]]:
@@ -98,7 +111,9 @@ ITEMS = {
 USER = {"payment_methods": {"gift_card_0000000": {"balance": 50}}}
 
 
-def _exchange(words: str, candidates: dict[str, Any], principal: str = "user:sara_doe_496") -> Record:
+def _exchange(
+    words: str, candidates: dict[str, Any], principal: str = "user:sara_doe_496", *, consent: bool = True
+) -> Record:
     said = Said(words)
     body = {
         "principal": principal,
@@ -128,7 +143,10 @@ def _exchange(words: str, candidates: dict[str, Any], principal: str = "user:sar
         "retail.user": user,
         "retail.items": lambda args: {i: ITEMS[i] for i in args["item_ids"]},
     }
-    record, _ = settle(plan, parse_request(body), Evidence(now=NOW), lookups)
+    request = parse_request(body)
+    record, evidence = settle(plan, request, Evidence(now=NOW), lookups)
+    if consent:
+        record = _consented(plan, request, evidence, record)
     if "user" in seen:  # the lookup's argument is the principal's id, whatever the agent sent
         assert seen["user"] == {"user_id": principal.partition(":")[2]}
     return record
@@ -205,8 +223,37 @@ def test_a_principal_source_settles_the_user_id_whatever_the_agent_proposes() ->
     plan = compile_plan(
         contract_from_mcp("tau-bench-retail", tool, extension=RETAIL.tools["modify_user_address"])
     )
-    record = preflight(plan, parse_request(body), Evidence(now=NOW))
+    request = parse_request(body)
+    record = _consented(plan, request, Evidence(now=NOW), preflight(plan, request, Evidence(now=NOW)))
     assert record.verdict == "execute", record.reasons
     assert record.payload == {**proposal, "user_id": "sara_doe_496"}
     slot = record.slot("arg:user_id")
     assert slot.source == "principal" and slot.pointer == {"principal": "user:sara_doe_496"}
+
+
+@needs_catalogs
+def test_the_retail_side_car_asks_the_users_explicit_yes_and_serializes_runs_on_one_order() -> None:
+    exchange = {
+        "order_id": "#W1",
+        "item_ids": ["1008292230"],
+        "new_item_ids": ["1008292231"],
+        "payment_method_id": "gift_card_0000000",
+    }
+    record = _exchange(
+        "Exchange now: order #W1 item 1008292230 for 1008292231, pay with gift_card_0000000",
+        exchange,
+        consent=False,
+    )
+
+    assert record.verdict == "ask" and [q.kind for q in record.questions] == ["consent"]
+    assert record.slot("cond:effect_key").value == "tau-bench-retail/order:#W1"
+    contract = contract_from_mcp(
+        "tau-bench-retail",
+        _catalog("tau-bench-retail")["exchange_delivered_order_items"],
+        extension=RETAIL.tools["exchange_delivered_order_items"],
+    )
+    recheck = recheck_for(contract, exchange, principal="user:sara_doe_496")
+    assert recheck is not None and recheck.key == "tau-bench-retail/order:#W1"
+    assert "delivered" in [c.id for c in recheck.conditions]
+    # Measured again with the arguments the preflight gave them, the principal's id included.
+    assert {m.measure: dict(m.args) for m in recheck.lookups}["user"] == {"user_id": "sara_doe_496"}

@@ -12,8 +12,7 @@ from django.test import Client
 
 from console import connectors, models, review_services, services
 from console.demo import review_data
-from console.demo.review_data import ALICE_MAIN, BOB
-from preflight.approvals import value_digest
+from console.demo.review_data import ALICE_MAIN
 
 
 def person(username: str, *roles: str) -> User:
@@ -53,24 +52,36 @@ def slot(record: dict[str, Any], key: str) -> dict[str, Any]:
     return next(s for s in record["slots"] if s["key"] == key)
 
 
-def settle_all_but_the_call(
-    execution: models.Execution, user: User, capture: Callable[..., Any]
-) -> dict[str, Any]:
-    """Approve the recipient, answer the memo and the account (whose balance lookup then runs): what is left
-    is the approval of the whole call."""
-    services.approval_create(
+def user_answers(execution: models.Execution, answers: dict[str, Any]) -> None:
+    """The requesting user's answers, relayed by the agent (the user's channel)."""
+    services.execution_answer(
         execution_id=execution.pk,
-        slot_key="arg:to_account",
-        value_digest_seen=value_digest(BOB),
-        approver=user,
+        answers=answers,
+        answered_by=execution.principal,
+        channel="agent",
+        actor="agent",
     )
-    review_services.execution_reviewer_answer(
-        execution_id=execution.pk, slot_key="arg:memo", value="rent", reviewer=user
-    )
+
+
+def settle_all_but_the_call(execution: models.Execution, capture: Callable[..., Any]) -> dict[str, Any]:
+    """The user answers the memo and the account (whose balance lookup then runs), then confirms the
+    recipient and consents to the call as shown: what is left is an approver's approval of the whole call."""
     with capture(execute=True):
-        review_services.execution_reviewer_answer(
-            execution_id=execution.pk, slot_key="arg:from_account", value=ALICE_MAIN, reviewer=user
-        )
+        user_answers(execution, {"arg:memo": "rent", "arg:from_account": ALICE_MAIN})
+    asked = latest(execution)
+    assert [q["slot"] for q in asked["questions"]] == ["confirm:arg:to_account", "consent:call"], asked[
+        "reasons"
+    ]
+    user_answers(execution, {"confirm:arg:to_account": True, "consent:call": True})
     record = latest(execution)
     assert record["verdict"] == "hold", record["reasons"]
     return record
+
+
+def edited_by(
+    execution: models.Execution, user: User, slot_key: str = "arg:memo", value: Any = "rent"
+) -> None:
+    """An approver's edit of one value: it then awaits another approver's approval (four eyes)."""
+    review_services.execution_reviewer_answer(
+        execution_id=execution.pk, slot_key=slot_key, value=value, reviewer=user
+    )

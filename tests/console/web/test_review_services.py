@@ -56,10 +56,10 @@ def test_a_reviewers_edit_is_their_answer_and_is_preflighted_in_place(
     assert event.body["answered_by"] == "user:carol" and event.body["channel"] == "reviewer"
 
 
-def test_an_edit_voids_the_slots_approval_and_the_grant(
+def test_an_edit_voids_the_users_confirmation_the_calls_approval_and_the_grant(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
     executed = review_services.execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
@@ -69,8 +69,10 @@ def test_an_edit_voids_the_slots_approval_and_the_grant(
         execution_id=held.pk, slot_key="arg:to_account", value=ALICE_SAVINGS, reviewer=carol
     )
 
-    assert after.verdict == "hold"
-    assert slot(after.record, "arg:to_account")["approval"] == "void"
+    # The user is asked to confirm the new recipient and consent again; another approver must approve it.
+    assert after.verdict == "ask"
+    assert [q["slot"] for q in after.record["questions"]] == ["confirm:arg:to_account", "consent:call"]
+    assert slot(after.record, "arg:to_account")["approval"] == "required"
     assert slot(after.record, "approval:large_transfer")["approval"] == "void"  # the payload changed
     with pytest.raises(Conflict, match="grant_superseded"):
         services.execution_run(
@@ -84,9 +86,9 @@ def test_an_edit_voids_the_slots_approval_and_the_grant(
 def test_approving_the_call_settles_its_approvals_and_grants_it(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
     assert review_services.pending_call_approvals(record) == (
-        ["approval:large_transfer", "approval:label-2"],
+        ["approval:large_transfer"],
         None,
     )
 
@@ -110,7 +112,7 @@ def test_approving_a_call_that_is_not_ready_is_refused(carol: User, held: models
 def test_approving_another_payload_than_the_one_shown_is_refused(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    settle_all_but_the_call(held, django_capture_on_commit_callbacks)
 
     with pytest.raises(Conflict, match="stale_value"):
         review_services.execution_approve(
@@ -121,7 +123,7 @@ def test_approving_another_payload_than_the_one_shown_is_refused(
 def test_the_requester_cannot_approve_the_call(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
 
     with pytest.raises(Conflict, match="own_request"):
         review_services.execution_approve(
@@ -134,7 +136,7 @@ def test_the_requester_cannot_approve_the_call(
 def test_an_expired_grant_is_issued_again_for_the_same_record(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
     stored = review_services.execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
@@ -200,7 +202,7 @@ def test_a_rejection_is_recorded_as_a_block_with_the_reason(carol: User, held: m
 def test_a_rejection_is_final(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
-    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
     stored = review_services.execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
@@ -251,9 +253,9 @@ def test_records_carry_their_routes_gaps_and_unknown_count(held: models.Executio
 
     assert stored.routes == " ask_user hold "
     assert stored.gap_classes == " user_gap "
-    assert stored.unknown_count == stored.record["unknown_count"] == 6
+    assert stored.unknown_count == stored.record["unknown_count"] == 7
     held.refresh_from_db()  # the execution carries its latest record's summary, as it carries its verdict
-    assert (held.routes, held.gap_classes, held.unknown_count) == (" ask_user hold ", " user_gap ", 6)
+    assert (held.routes, held.gap_classes, held.unknown_count) == (" ask_user hold ", " user_gap ", 7)
     review_services.execution_reject(execution_id=held.pk, reason="no", reviewer=person("carol", "approver"))
     held.refresh_from_db()
     assert (held.verdict, held.routes) == ("block", " ask_user hold ")

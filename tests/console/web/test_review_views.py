@@ -13,7 +13,16 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
-from review_support import latest, person, settle_all_but_the_call, signed_in, slot, slot_row, use_demo_bank
+from review_support import (
+    edited_by,
+    latest,
+    person,
+    settle_all_but_the_call,
+    signed_in,
+    slot,
+    slot_row,
+    use_demo_bank,
+)
 
 from console import models, review_services, services
 from console.demo import review_data
@@ -215,8 +224,12 @@ def test_the_review_page_shows_every_slot_with_its_source_and_highlights(
     assert "unverified" in proposed.split('"')[1]
     assert "proposed, no source" in proposed and "model proposed <code>rent</code>" in proposed
     recipient = slot_row(html, "arg:to_account")
-    assert "instruction · turn 0" in recipient and "tag-confirm" in recipient and "required" in recipient
-    assert f'value="{value_digest(BOB)}"' in recipient  # the approval is bound to the value shown
+    assert "instruction · turn 0" in recipient and "tag-confirm" in recipient
+    # The recipient is the user's to confirm: shown as evidence, never as an approver's button.
+    assert "Approve</button>" not in recipient
+    confirmation = slot_row(html, "confirm:arg:to_account")
+    assert "the user&#x27;s to answer, not an approver&#x27;s" in confirmation and "ask_user" in confirmation
+    assert "Approve</button>" not in confirmation and "Save as my answer" not in confirmation
     assert "declared by the tool" in slot_row(html, "fixed:intended_change")
     assert "waits for arg:from_account" in slot_row(html, "cond:not_to_self")
 
@@ -259,40 +272,61 @@ def test_an_htmx_request_of_the_review_page_is_only_the_partial(
     assert "<html" not in partial and '<header class="site"' not in partial
 
 
+@pytest.fixture
+def edited(held: models.Execution) -> models.Execution:
+    """Another approver (dave) set the memo: it awaits a second approver's approval (four eyes)."""
+    edited_by(held, person("dave", "approver"))
+    return held
+
+
 def test_approving_a_slot_without_js_redirects_back_to_the_page(
-    approver: Client, held: models.Execution
+    approver: Client, edited: models.Execution
 ) -> None:
+    page = approver.get(url(edited)).content.decode()
+    assert f'value="{value_digest("rent")}"' in slot_row(page, "arg:memo")  # bound to the value shown
+
     response = approver.post(
-        url(held, "approve-slot"), {"slot": "arg:to_account", "value_digest": value_digest(BOB)}
+        url(edited, "approve-slot"), {"slot": "arg:memo", "value_digest": value_digest("rent")}
     )
 
     assert response.status_code == 302
-    assert response["Location"] == url(held) + "#review"
-    assert slot(latest(held), "arg:to_account")["approval"] == "approved"
-    page = approver.get(url(held)).content.decode()
-    assert "arg:to_account: approved" in page
+    assert response["Location"] == url(edited) + "#review"
+    assert slot(latest(edited), "arg:memo")["approval"] == "approved"
+    page = approver.get(url(edited)).content.decode()
+    assert "arg:memo: approved" in page
     assert models.Approval.objects.get().approver.username == "carol"  # the login, never a form field
 
 
 def test_approving_a_slot_with_htmx_answers_with_the_partial(
-    approver: Client, held: models.Execution
+    approver: Client, edited: models.Execution
 ) -> None:
     response = approver.post(
-        url(held, "approve-slot"), {"slot": "arg:to_account", "value_digest": value_digest(BOB)}, **HTMX
+        url(edited, "approve-slot"), {"slot": "arg:memo", "value_digest": value_digest("rent")}, **HTMX
     )
 
     assert response.status_code == 200
     html = response.content.decode()
     assert html.strip().startswith('<section id="review"')
-    assert "approval-approved" in slot_row(html, "arg:to_account")
+    assert "approval-approved" in slot_row(html, "arg:memo")
+
+
+def test_an_approver_cannot_approve_their_own_edit(edited: models.Execution) -> None:
+    dave = signed_in(User.objects.get(username="dave"))
+
+    response = dave.post(
+        url(edited, "approve-slot"), {"slot": "arg:memo", "value_digest": value_digest("rent")}, follow=True
+    )
+
+    assert "you edited this value; another approver has to approve it" in response.content.decode()
+    assert not models.Approval.objects.exists()
 
 
 def test_an_approval_of_a_value_that_changed_is_refused_with_the_reason(
-    approver: Client, held: models.Execution
+    approver: Client, edited: models.Execution
 ) -> None:
     response = approver.post(
-        url(held, "approve-slot"),
-        {"slot": "arg:to_account", "value_digest": value_digest("DE00")},
+        url(edited, "approve-slot"),
+        {"slot": "arg:memo", "value_digest": value_digest("DE00")},
         follow=True,
     )
 
@@ -315,19 +349,22 @@ def test_an_approver_cannot_approve_what_they_requested(held: models.Execution) 
 
 
 def test_editing_a_value_records_the_reviewers_answer_and_voids_its_approval(
-    approver: Client, carol: User, held: models.Execution
+    approver: Client, edited: models.Execution
 ) -> None:
     services.approval_create(
-        execution_id=held.pk, slot_key="arg:to_account", value_digest_seen=value_digest(BOB), approver=carol
+        execution_id=edited.pk,
+        slot_key="arg:memo",
+        value_digest_seen=value_digest("rent"),
+        approver=person("frank", "approver"),
     )
 
-    response = approver.post(url(held, "answer"), {"slot": "arg:to_account", "value": ALICE_SAVINGS}, **HTMX)
+    response = approver.post(url(edited, "answer"), {"slot": "arg:memo", "value": "gas"}, **HTMX)
 
-    answer = models.Answer.objects.get(execution=held)
-    assert (answer.value, answer.channel, answer.answered_by) == (ALICE_SAVINGS, "reviewer", "user:carol")
-    assert slot(latest(held), "arg:to_account")["approval"] == "void"
-    row = slot_row(response.content.decode(), "arg:to_account")
-    assert f"<del>{BOB}</del> → <ins>{ALICE_SAVINGS}</ins>" in row
+    answer = models.Answer.objects.filter(execution=edited).latest("pk")
+    assert (answer.value, answer.channel, answer.answered_by) == ("gas", "reviewer", "user:carol")
+    assert slot(latest(edited), "arg:memo")["approval"] == "void"
+    row = slot_row(response.content.decode(), "arg:memo")
+    assert "<del>rent</del> → <ins>gas</ins>" in row
     assert "reviewer answer · user:carol" in row and "approval-void" in row
 
 
@@ -382,7 +419,7 @@ def test_approving_the_execution_issues_the_grant(
     held: models.Execution,
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
-    record = settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
     page = approver.get(url(held)).content.decode()
     assert re.search(r'data-testid="approve-execution">', page)  # enabled
 
@@ -392,10 +429,7 @@ def test_approving_the_execution_issues_the_grant(
     assert models.Grant.objects.filter(execution=held, used_at__isnull=True).count() == 1
     html = response.content.decode()
     assert 'data-testid="granted"' in html
-    assert {a.slot_key for a in models.Approval.objects.filter(execution=held)} >= {
-        "approval:large_transfer",
-        "approval:label-2",
-    }
+    assert {a.slot_key for a in models.Approval.objects.filter(execution=held)} == {"approval:large_transfer"}
 
 
 def test_approving_an_execution_whose_payload_changed_is_refused(
@@ -404,7 +438,7 @@ def test_approving_an_execution_whose_payload_changed_is_refused(
     held: models.Execution,
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
-    settle_all_but_the_call(held, carol, django_capture_on_commit_callbacks)
+    settle_all_but_the_call(held, django_capture_on_commit_callbacks)
 
     response = approver.post(url(held, "approve"), {"payload_digest": "sha256:" + "0" * 64}, follow=True)
 
