@@ -66,3 +66,6 @@ def _check_text(text: str, where: str) -> None:
         raise JSONRejected(
             f"{where}: string holds a lone surrogate (\\ud800-\\udfff)", "malformed_json"
         ) from None
+    if "\x00" in text:
+        # PostgreSQL text and jsonb cannot hold U+0000: refused here, not a 500 when it is stored.
+        raise JSONRejected(f"{where}: string holds a NUL character (\\u0000)", "malformed_json")
