@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,24 @@ class StrictJSONParser(JSONParser):
             raise JSONRejected(f"malformed JSON: {exc.detail}", "malformed_json") from None
         check_json(data)
         return data
+
+
+def loads(text: str) -> Any:
+    """JSON text a person typed or pasted into the console, held to what the API's parser accepts (no NaN or
+    Infinity, no NUL or lone surrogate, no depth past MAX_DEPTH, no integer past 2**53 - 1). A refusal is a
+    json.JSONDecodeError, as from json.loads, so a form reports it like any other unreadable JSON."""
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+        check_json(data)
+    except RecursionError:
+        raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", text, 0) from None
+    except JSONRejected as exc:
+        raise json.JSONDecodeError(str(exc.detail), text, 0) from None
+    return data
+
+
+def _reject_constant(token: str) -> Any:
+    raise JSONRejected(f"{token} is not a JSON number", "invalid_number")
 
 
 def check_json(data: Any) -> None:
