@@ -60,6 +60,7 @@ import anyio
 from django.conf import settings
 
 from console import egress
+from preflight.canonical import canonical_json
 
 if TYPE_CHECKING:
     import h11
@@ -143,9 +144,19 @@ def register_lookup(name: str) -> Callable[[F], F]:
 
 
 def call_tool(
-    connector: Mapping[str, Any], server: str, tool: str, arguments: Mapping[str, Any], *, timeout_s: float
+    connector: Mapping[str, Any],
+    server: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    *,
+    timeout_s: float,
+    expected: Mapping[str, Any] | None = None,
 ) -> Any:
     """Run one tool call, once. Returns a JSON-able result; never retries.
+
+    `expected` is the tool definition the call was preflighted against (the contract's): an MCP server
+    whose live listing of the tool says otherwise (description, inputSchema, annotations) is refused before
+    anything is sent, since the arguments were checked against a contract the server no longer offers.
 
     MCP results come back as ``{"content": [...], "structuredContent": ... | None, "isError": False}``;
     an ``isError`` result raises ``ToolCallFailed`` carrying that result.
@@ -163,6 +174,7 @@ def call_tool(
             _connect_timeout(connector, timeout_s),
             timeout_s,
             False,
+            expected,
         )
         if result["isError"]:
             raise ToolCallFailed(f"{server}/{tool} reported an error: {_first_text(result)}", result=result)
@@ -453,6 +465,7 @@ async def _mcp_call(
     connect_timeout_s: float,
     call_timeout_s: float,
     require_read_only: bool,
+    expected: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     state = _CallState()
     with _stderr_capture(connector) as errlog:
@@ -462,7 +475,9 @@ async def _mcp_call(
             try:
                 async with AsyncExitStack() as stack:
                     client = await _open_client(connector, stack, errlog)
-                    await _call_on(client, tool, arguments, call_timeout_s, require_read_only, scope, state)
+                    await _call_on(
+                        client, tool, arguments, call_timeout_s, require_read_only, scope, state, expected
+                    )
             except Exception as exc:
                 if state.result is None and state.failure is None:
                     kind = OutcomeUnknown if state.sent else ToolCallFailed
@@ -489,6 +504,7 @@ async def _call_on(
     require_read_only: bool,
     scope: anyio.CancelScope,
     state: _CallState,
+    expected: Mapping[str, Any] | None = None,
 ) -> None:
     """List, check, call. Failures are stored on ``state``, not raised: anything raised inside the client
     context comes back wrapped in the SDK's task-group ExceptionGroups, losing its meaning."""
@@ -501,6 +517,13 @@ async def _call_on(
         return
     if require_read_only and not (definition.annotations and definition.annotations.read_only_hint):
         state.failure = ToolCallFailed(f"{tool!r} is not annotated readOnlyHint; a lookup must not act")
+        return
+    changed = _changed_from(definition, expected)
+    if changed:
+        state.failure = ToolCallFailed(
+            f"the server now lists {tool!r} with another {', '.join(changed)} than the contract this call was"
+            " preflighted against; nothing was sent (an operator re-imports the server to accept the change)"
+        )
         return
     state.sent = True
     scope.deadline = anyio.current_time() + call_timeout_s + _CALL_GRACE_S
@@ -526,6 +549,22 @@ async def _call_on(
         "structuredContent": answer.structured_content,
         "isError": bool(answer.is_error),
     }
+
+
+# What of a listed tool the contract rests on: its arguments' schema, its prose (conditions, labels) and its
+# annotations (trust, readOnlyHint). Absent and empty are the same.
+_CONTRACT_FIELDS = {"description": "", "inputSchema": {}, "annotations": {}}
+
+
+def _changed_from(definition: Any, expected: Mapping[str, Any] | None) -> list[str]:
+    if expected is None:
+        return []
+    live = definition.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return [
+        key
+        for key, empty in _CONTRACT_FIELDS.items()
+        if canonical_json(live.get(key) or empty) != canonical_json(expected.get(key) or empty)
+    ]
 
 
 def _classify_mcp_error(exc: Any, tool: str) -> Exception:

@@ -1372,6 +1372,7 @@ class _Claim:
     server: str
     tool: str
     payload: dict[str, Any]
+    definition: dict[str, Any]  # the contract's tool definition, which the live server must still list
 
 
 @dataclass(frozen=True, slots=True)
@@ -1393,9 +1394,17 @@ def execution_run(
     connector, timeout = _run_timeouts(claim.connector)
     result: Any = None
     try:
-        result = (call_tool or connectors.call_tool)(
-            connector, claim.server, claim.tool, claim.payload, timeout_s=timeout
-        )
+        if call_tool is not None:  # the gateway: it checks its upstream's live definition itself
+            result = call_tool(connector, claim.server, claim.tool, claim.payload, timeout_s=timeout)
+        else:
+            result = connectors.call_tool(
+                connector,
+                claim.server,
+                claim.tool,
+                claim.payload,
+                timeout_s=timeout,
+                expected=claim.definition,
+            )
         status, detail = "executed", ""
     except connectors.ToolCallFailed as exc:
         status, detail = "failed", str(exc) or type(exc).__name__
@@ -1502,7 +1511,12 @@ def _gate_claim(*, execution_id: Any, token: str, actor: str) -> _Claim | _Refus
         },
     )
     return _Claim(
-        grant.pk, dict(contract.server.connector), contract.server.name, contract.name, dict(payload)
+        grant.pk,
+        dict(contract.server.connector),
+        contract.server.name,
+        contract.name,
+        dict(payload),
+        dict(contract.definition),
     )
 
 
