@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import hashlib
 import http.client
 import inspect
 import json
@@ -74,6 +75,11 @@ DEFAULT_MEASURE_TIMEOUT_S = 5.0
 # A measurement stamped in the future would look fresh forever; allow only ordinary clock skew.
 MAX_CLOCK_SKEW = timedelta(seconds=60)
 MAX_MEASURE_BODY_BYTES = 1 << 20
+# What of a tool's answer is kept (recorded, handed to the agent): a server must not fill the database or the
+# worker's memory. An answer past it is recorded by size and digest; the call did run.
+MAX_TOOL_RESULT_BYTES = 1 << 20
+# A catalog is read by people and digested per tool: a listing past this is a server misbehaving.
+MAX_TOOLS_LIST_BYTES = 8 << 20
 # The SDK's own read timeout answers first; this backstop only catches a transport that blocks before it.
 _CALL_GRACE_S = 1.0
 _LIST_PAGE_CAP = 100
@@ -176,10 +182,27 @@ def call_tool(
             False,
             expected,
         )
+        result = _bounded_result(result)
         if result["isError"]:
             raise ToolCallFailed(f"{server}/{tool} reported an error: {_first_text(result)}", result=result)
         return result
     raise ToolCallFailed(f"unknown connector kind {kind!r}")
+
+
+def _result_bytes(result: Any) -> bytes:
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def _bounded_result(result: dict[str, Any]) -> dict[str, Any]:
+    raw = _result_bytes(result)
+    if len(raw) <= MAX_TOOL_RESULT_BYTES:
+        return result
+    note = (
+        f"the server's answer was {len(raw)} bytes, more than the {MAX_TOOL_RESULT_BYTES} bytes kept;"
+        f" its sha256 is {hashlib.sha256(raw).hexdigest()}"
+    )
+    text = {"type": "text", "text": note}
+    return {"content": [text], "structuredContent": None, "isError": result["isError"]}
 
 
 def list_tools(connector: Mapping[str, Any], *, timeout_s: float) -> list[dict[str, Any]]:
@@ -448,7 +471,10 @@ async def _mcp_list(connector: Mapping[str, Any], timeout_s: float) -> list[dict
             failure = ToolCallFailed(f"no tools/list answer within {timeout_s}s{_stderr_tail(errlog)}")
     if tools is None:
         raise failure or ToolCallFailed("listing tools failed")
-    return [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in tools]
+    listed = [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in tools]
+    if len(_result_bytes(listed)) > MAX_TOOLS_LIST_BYTES:
+        raise ToolCallFailed(f"tools/list answered with more than {MAX_TOOLS_LIST_BYTES} bytes of tools")
+    return listed
 
 
 @dataclass
@@ -872,6 +898,8 @@ def _mcp_measure(name: str, config: Mapping[str, Any], args: Mapping[str, Any], 
         if outcome.error is not None:
             raise outcome.error
         result = outcome.value
+        if len(_result_bytes(result)) > MAX_MEASURE_BODY_BYTES:
+            raise MeasureFailed(f"{tool!r} answered with more than {MAX_MEASURE_BODY_BYTES} bytes")
         if result["isError"]:
             raise MeasureFailed(f"{tool!r} reported an error: {_first_text(result)}")
         value = result["structuredContent"]

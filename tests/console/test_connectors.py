@@ -1363,3 +1363,33 @@ def test_in_process_tool_definitions_are_what_the_server_lists(bank_http: dict[s
     from console.demo import inprocess
 
     assert inprocess.tool_definitions("bank") == connectors.list_tools(bank_http, timeout_s=10)
+
+
+def test_an_mcp_lookup_answer_larger_than_the_bound_is_a_failed_lookup(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "MAX_MEASURE_BODY_BYTES", 40)  # get_balance's answer is longer
+
+    with pytest.raises(MeasureFailed, match="more than 40 bytes"):
+        connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB})
+
+
+def test_a_tool_answer_larger_than_the_bound_is_kept_as_its_size_and_digest(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "MAX_TOOL_RESULT_BYTES", 40)
+
+    result = connectors.call_tool(bank_http, "bank", "get_balance", {"account": BOB}, timeout_s=10)
+
+    assert result["structuredContent"] is None and result["isError"] is False
+    (note,) = result["content"]
+    assert "more than the 40 bytes kept" in note["text"] and "sha256" in note["text"]
+
+
+def test_a_tools_list_larger_than_the_bound_is_refused(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "MAX_TOOLS_LIST_BYTES", 100)
+
+    with pytest.raises(ToolCallFailed, match="more than 100 bytes"):
+        connectors.list_tools(bank_http, timeout_s=10)
