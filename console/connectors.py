@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import anyio
 from django.conf import settings
 
-from console import egress
+from console import egress, json_values
 from preflight.canonical import canonical_json
 
 if TYPE_CHECKING:
@@ -684,7 +684,13 @@ class StartedMeasure:
             if self._failed is not None:
                 raise self._failed
             assert self._call is not None and self._finish is not None
-            return self._finish(self._call.result())
+            value, observed_at = self._finish(self._call.result())
+            try:
+                # A value is stored and digested: one PostgreSQL or canonical JSON cannot hold is no value.
+                json_values.check_json(value)
+            except json_values.JSONProblem as exc:
+                raise MeasureFailed(f"the answer cannot be recorded: {exc.detail}") from None
+            return value, observed_at
         except MeasureFailed as exc:
             if self.name and not exc.detail.startswith(f"{self.name}:"):
                 raise MeasureFailed(f"{self.name}: {exc.detail}") from exc

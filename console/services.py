@@ -26,7 +26,7 @@ from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 from kombu.utils.functional import retry_over_time
 
-from console import connectors, egress, models, records
+from console import connectors, egress, json_values, models, records
 from console.audit import audit_append, audit_batch
 from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, Unprocessable
 from console.signing import signer, verification_keys
@@ -1425,11 +1425,14 @@ def execution_run(
 
 
 def json_safe(value: Any) -> Any:
-    """The value if it is canonical JSON, else a description of it (a record must always be writable)."""
+    """The value if it is canonical JSON that PostgreSQL can store (no NUL, no lone surrogate: a tool's answer
+    is a server's text), else a description of it: a record must always be writable, above all the record
+    that a call ran."""
     try:
         canonical_json(value)
+        json_values.check_json(value)
         return value
-    except TypeError:
+    except (TypeError, json_values.JSONProblem):
         return {"unrepresentable": repr(value)[:10_000]}
 
 

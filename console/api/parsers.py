@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
 from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-MAX_DEPTH = 64
-# Canonical JSON (RFC 8785) numbers are doubles; a larger integer would digest differently elsewhere.
-MAX_SAFE_INT = 2**53 - 1
+from console import json_values
+from console.json_values import MAX_DEPTH, MAX_SAFE_INT
+
+__all__ = ["MAX_DEPTH", "MAX_SAFE_INT", "JSONRejected", "StrictJSONParser", "check_json", "loads"]
 
 
 class JSONRejected(ParseError):
@@ -54,37 +53,8 @@ def _reject_constant(token: str) -> Any:
 
 
 def check_json(data: Any) -> None:
-    """Depth, number range and valid Unicode, checked without recursion (the input chooses the depth)."""
-    stack: list[tuple[Any, int, str]] = [(data, 1, "$")]
-    while stack:
-        value, depth, where = stack.pop()
-        if isinstance(value, Mapping | list):
-            if depth > MAX_DEPTH:
-                raise JSONRejected(f"nested deeper than {MAX_DEPTH} levels at {where}", "too_deep")
-            if isinstance(value, Mapping):
-                for key, item in value.items():
-                    _check_text(key, where)
-                    stack.append((item, depth + 1, f"{where}.{key}"))
-            else:
-                stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
-        elif isinstance(value, str):
-            _check_text(value, where)
-        elif isinstance(value, bool) or value is None:
-            continue
-        elif isinstance(value, int):
-            if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
-                raise JSONRejected(f"{where}: integer outside ±(2**53 - 1)", "invalid_number")
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise JSONRejected(f"{where}: number out of range", "invalid_number")
-
-
-def _check_text(text: str, where: str) -> None:
+    """`console.json_values.check_json`, refusing as the API does (a 400 naming the place)."""
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise JSONRejected(
-            f"{where}: string holds a lone surrogate (\\ud800-\\udfff)", "malformed_json"
-        ) from None
-    if "\x00" in text:
-        # PostgreSQL text and jsonb cannot hold U+0000: refused here, not a 500 when it is stored.
-        raise JSONRejected(f"{where}: string holds a NUL character (\\u0000)", "malformed_json")
+        json_values.check_json(data)
+    except json_values.JSONProblem as exc:
+        raise JSONRejected(exc.detail, exc.code) from None

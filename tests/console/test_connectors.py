@@ -1393,3 +1393,18 @@ def test_a_tools_list_larger_than_the_bound_is_refused(
 
     with pytest.raises(ToolCallFailed, match="more than 100 bytes"):
         connectors.list_tools(bank_http, timeout_s=10)
+
+
+@pytest.mark.parametrize(
+    "raw_value",
+    ['"a\\u0000b"', '{"k\\u0000": 1}', '"\\ud800"', "1" + "0" * 30, "[" * 100 + "]" * 100],
+    ids=["nul", "nul-key", "surrogate", "huge-int", "deep"],
+)
+def test_a_lookup_answer_that_cannot_be_recorded_is_a_failed_lookup(
+    endpoint: MeasureEndpoint, raw_value: str
+) -> None:
+    observed = datetime.now(UTC).isoformat()
+    endpoint.body = f'{{"value": {raw_value}, "observed_at": "{observed}"}}'.encode()
+
+    with pytest.raises(MeasureFailed):
+        connectors.run_measure(http_measure(endpoint), {})
