@@ -90,6 +90,7 @@ class ToolCallFailed(Exception):
     """Nothing reached the tool, or the tool refused or reported an error: the outcome is ``failed``."""
 
     def __init__(self, detail: str, *, result: Any = None) -> None:
+        detail = json_values.storable_text(detail)  # it may quote a server, and it is recorded
         super().__init__(detail)
         self.detail = detail
         # The tool's own error result (MCP isError), kept so the record can show what the provider said.
@@ -100,6 +101,7 @@ class OutcomeUnknown(Exception):
     """The request was sent and then the answer was lost: the side effect may have happened."""
 
     def __init__(self, detail: str) -> None:
+        detail = json_values.storable_text(detail)  # it may quote a server, and it is recorded
         super().__init__(detail)
         self.detail = detail
 
@@ -108,6 +110,7 @@ class MeasureFailed(Exception):
     """A lookup gave no trustworthy value (bad status, timeout, malformed answer, exception)."""
 
     def __init__(self, detail: str) -> None:
+        detail = json_values.storable_text(detail)  # it may quote a server, and it is recorded
         super().__init__(detail)
         self.detail = detail
 

@@ -57,3 +57,15 @@ def _check_text(text: str, where: str) -> None:
     if "\x00" in text:
         # PostgreSQL text and jsonb cannot hold U+0000: refused here, not a 500 when it is stored.
         raise JSONProblem(f"{where}: string holds a NUL character (\\u0000)", "malformed_json")
+
+
+def storable_text(text: str) -> str:
+    """`text` as PostgreSQL can store it: a NUL or a lone surrogate (in a server's error message, say) is
+    written as its escape, so recording why something failed can never fail itself."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\u0000")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

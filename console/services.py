@@ -1419,7 +1419,7 @@ def execution_run(
         grant_id=claim.grant_id,
         status=status,
         result=json_safe(result),
-        detail=detail,
+        detail=json_values.storable_text(detail),
         actor=actor,
     )
 
