@@ -91,6 +91,30 @@ def smuggled_connectors(marker: Path) -> list[tuple[dict[str, Any], str]]:
         ({"kind": "mcp_stdio", "command": [*PROBE, "-c", touch]}, "command_not_allowed"),
         ({"kind": "mcp_stdio", "command": [sys.executable, "-c", touch, *PROBE[1:]]}, "command_not_allowed"),
         ({"kind": "mcp_stdio", "command": PROBE[:1]}, "command_not_allowed"),
+        # Spellings of the allowed line that are not it: the allow-list compares argv exactly.
+        ({"kind": "mcp_stdio", "command": [PROBE[0] + " ", *PROBE[1:]]}, "command_not_allowed"),
+        (
+            {"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1].replace("/tests/", "/./tests/")]},
+            "command_not_allowed",
+        ),
+        (
+            {"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1].replace("/tests/", "/tests/../tests/")]},
+            "command_not_allowed",
+        ),
+        (
+            {"kind": "mcp_stdio", "command": [PROBE[0].replace("python", "pyth\u043en"), *PROBE[1:]]},
+            "command_not_allowed",
+        ),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1] + "\u200b"]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1].upper()]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [" ".join(PROBE)]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], "-I", PROBE[1]]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [*PROBE, "--transport", "http"]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": {"0": PROBE[0], "1": PROBE[1]}}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], [PROBE[1]]]}, "invalid_connector"),
+        ({"kind": "MCP_STDIO", "command": PROBE}, "invalid_connector"),
+        ({"kind": ["mcp_stdio"], "command": PROBE}, "invalid_connector"),
+        ({"kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp", "kind ": "mcp_stdio"}, "invalid_connector"),
         ({"kind": "mcp_stdio", "command": " ".join(PROBE)}, "invalid_connector"),
         ({"kind": "mcp_stdio", "command": [*PROBE, ""]}, "invalid_connector"),
         (
