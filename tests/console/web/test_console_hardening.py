@@ -136,6 +136,7 @@ def test_repeated_failed_sign_ins_pause_the_account_even_for_the_right_password(
 
     assert locked.status_code == 429
     assert "Sign-in paused" in locked.content.decode()
+    assert csp_of(locked)["script-src"] == ["'self'"]
     assert "_auth_user_id" not in client.session
 
 
