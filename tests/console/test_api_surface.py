@@ -177,3 +177,10 @@ def test_a_nul_character_in_a_query_parameter_is_a_400(quick_bank: Downstream, q
 
     assert response.status_code == 400, response.content
     assert response.json()["error"] == "invalid"
+
+
+def test_a_nul_in_an_api_path_is_a_400_in_the_api_shape(quick_bank: Downstream, quick_agent: Agent) -> None:
+    response = quick_agent.get("/api/v1/executions/%00")
+
+    assert response.status_code == 400
+    assert set(response.json()) == {"error", "detail"}

@@ -4,6 +4,7 @@ write, and nothing an operator owns changes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ HOSTILE_FORM = {
     "tools": "[" * 5000,
     "text": '{"name": "x", "rules": NaN}',
     "kind": "mcp_stdio",
-    "command": 'python -c \'open("/tmp/pwned", "w")\'',
+    "command": 'python -c \'open("MARKER", "w")\'',
     "url": "http://169.254.169.254/",
     "annotations_trusted": "on",
     "trusted": "on",
@@ -120,8 +121,8 @@ def console_paths() -> list[str]:
     ]
 
 
-def test_no_console_url_or_method_gets_a_5xx_an_inline_script_policy_or_a_change_from_a_non_operator(
-    tmp_path: Any,
+def test_no_console_url_or_method_gets_a_5xx_a_script_policy_gap_or_a_change_from_a_non_operator(
+    tmp_path: Path,
 ) -> None:
     import_catalog()
     paths = console_paths()
@@ -131,10 +132,16 @@ def test_no_console_url_or_method_gets_a_5xx_an_inline_script_policy_or_a_change
         "approver": user_with("carol", "approver"),
         "auditor": user_with("audrey", "auditor"),
         "staff": User.objects.create_user("sam", is_staff=True),
+        # Last, and only for "never a 5xx": an operator may change things, but not with this form.
+        "operator": user_with("otto", "operator"),
     }
+    marker = tmp_path / "pwned"
+    form = {**HOSTILE_FORM, "command": HOSTILE_FORM["command"].replace("MARKER", str(marker))}
     before = operator_state()
     bad: list[tuple[Any, ...]] = []
     for who, user in people.items():
+        if who == "operator":
+            unchanged = operator_state() == before
         for csrf in (True, False):
             client = Client(enforce_csrf_checks=csrf, raise_request_exception=False)
             if user is not None:
@@ -144,7 +151,7 @@ def test_no_console_url_or_method_gets_a_5xx_an_inline_script_policy_or_a_change
                     if method == "GET" or method == "HEAD" or method == "OPTIONS":
                         response = client.generic(method, path)
                     else:
-                        response = getattr(client, method.lower())(path, HOSTILE_FORM)
+                        response = getattr(client, method.lower())(path, form)
                     status = response.status_code
                     if status >= 500:
                         bad.append((who, csrf, method, path, status))
@@ -162,8 +169,8 @@ def test_no_console_url_or_method_gets_a_5xx_an_inline_script_policy_or_a_change
                     if location.startswith(("//", "http:", "https:", "/\\")):
                         bad.append((who, csrf, method, path, status, "off-site", location))
     assert not bad, "\n".join(map(repr, bad[:60])) + f"\n... {len(bad)} in all"
-    assert operator_state() == before
-    assert not (tmp_path / "pwned").exists()
+    assert unchanged
+    assert not marker.exists()
 
 
 def test_a_server_error_page_carries_the_policy_and_says_nothing_of_the_failure(
@@ -191,3 +198,16 @@ def test_a_missing_page_and_a_refused_method_carry_the_policy() -> None:
 
     for response in (client.get("/no/such/page/"), client.put("/executions/"), client.get("/api/v1/nothing")):
         assert "script-src 'self'" in response["Content-Security-Policy"], response.status_code
+
+
+@pytest.mark.parametrize(
+    "path", ["/rules/%00/edit/", "/catalog/?server=%00", "/executions/?q%00=1", "/gap-reports/%00/"]
+)
+def test_a_nul_in_a_url_is_a_400_with_the_policy_even_for_an_operator(path: str) -> None:
+    client = Client()
+    client.force_login(user_with("otto", "operator"))
+
+    response = client.get(path)
+
+    assert response.status_code in (400, 404)
+    assert "script-src 'self'" in response["Content-Security-Policy"]
