@@ -49,8 +49,7 @@ def too_large(limit: int) -> JsonResponse:
 
 class NulRefusalMiddleware:
     """A NUL in the path or the query string is a 400 before any view sees it: PostgreSQL cannot compare text
-    with U+0000, so a view that looks the value up would fail with a 500 (`/rules/%00/edit/`). After the CSP
-    middleware in MIDDLEWARE, so the refusal page carries the policy too."""
+    with U+0000, so a view that looks the value up would fail with a 500 (`/rules/%00/edit/`)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -184,3 +184,12 @@ def test_a_nul_in_an_api_path_is_a_400_in_the_api_shape(quick_bank: Downstream, 
 
     assert response.status_code == 400
     assert set(response.json()) == {"error", "detail"}
+
+
+def test_a_body_too_large_is_refused_with_the_policy_like_every_answer(quick_agent: Agent) -> None:
+    response = quick_agent.client.generic(
+        "POST", "/api/v1/executions", b"x" * (2 << 20), content_type="application/json"
+    )
+
+    assert response.status_code == 413
+    assert "script-src 'self'" in response["Content-Security-Policy"]
