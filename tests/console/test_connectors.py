@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -1408,3 +1408,48 @@ def test_a_lookup_answer_that_cannot_be_recorded_is_a_failed_lookup(
 
     with pytest.raises(MeasureFailed):
         connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_on_a_head_that_never_ends(raw_server: RawServer) -> None:
+    raw_server.reply = b"HTTP/1.1 200 OK\r\nX-Filler: " + b"a" * (4 << 20)
+
+    with pytest.raises(MeasureFailed):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
+def test_http_measure_fails_on_a_chunked_answer_larger_than_the_limit(raw_server: RawServer) -> None:
+    chunk = b"%x\r\n%s\r\n" % (1 << 16, b" " * (1 << 16))
+    count = connectors.MAX_MEASURE_BODY_BYTES // (1 << 16) + 2
+    raw_server.reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * count + b"0\r\n\r\n"
+
+    with pytest.raises(MeasureFailed, match="larger than"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
+def test_http_measure_dripping_its_answer_is_cut_off_at_the_timeout() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = int(listener.getsockname()[1])
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        read_request(conn)
+        with suppress(OSError):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            while not stop.is_set():
+                conn.sendall(b" ")
+                time.sleep(0.05)
+        conn.close()
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    measure = {"name": "m", "kind": "http", "url": f"http://127.0.0.1:{port}/", "timeout_s": 0.5}
+    started = time.monotonic()
+    try:
+        with pytest.raises(MeasureFailed, match="no answer within"):
+            connectors.run_measure(measure, {})
+        assert time.monotonic() - started < 2.0
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
