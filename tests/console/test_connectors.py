@@ -1453,3 +1453,23 @@ def test_http_measure_dripping_its_answer_is_cut_off_at_the_timeout() -> None:
         stop.set()
         thread.join(5)
         listener.close()
+
+
+def test_an_mcp_http_connector_ignores_every_proxy_the_environment_names(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = socket.create_server(("127.0.0.1", 0))
+    proxy.settimeout(0.1)
+    address = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, address)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        tools = connectors.list_tools(bank_http, timeout_s=10)
+        with pytest.raises(TimeoutError):
+            proxy.accept()  # nobody came
+    finally:
+        proxy.close()
+
+    assert {tool["name"] for tool in tools} == {"transfer_funds", "get_balance"}
