@@ -4,11 +4,13 @@ write, and nothing an operator owns changes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from console_helpers import TRANSFER
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from operator_support import import_catalog, make_gaps, user_with
 
@@ -211,3 +213,17 @@ def test_a_nul_in_a_url_is_a_400_with_the_policy_even_for_an_operator(path: str)
 
     assert response.status_code in (400, 404)
     assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_an_operator_whose_role_is_removed_mid_session_is_refused_on_the_next_request() -> None:
+
+    otto = user_with("otto", "operator")
+    client = Client()
+    client.force_login(otto)
+    assert client.get("/catalog/import/").status_code == 200
+    otto.groups.remove(Group.objects.get(name="operator"))
+
+    response = client.post("/catalog/import/", {"server": "bank", "tools": json.dumps([TRANSFER])})
+
+    assert response.status_code == 403
+    assert not models.Server.objects.exists()
