@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import hashlib
 import http.client
 import inspect
 import json
@@ -59,7 +60,8 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 import anyio
 from django.conf import settings
 
-from console import egress
+from console import egress, json_values
+from preflight.canonical import canonical_json
 
 if TYPE_CHECKING:
     import h11
@@ -73,6 +75,11 @@ DEFAULT_MEASURE_TIMEOUT_S = 5.0
 # A measurement stamped in the future would look fresh forever; allow only ordinary clock skew.
 MAX_CLOCK_SKEW = timedelta(seconds=60)
 MAX_MEASURE_BODY_BYTES = 1 << 20
+# What of a tool's answer is kept (recorded, handed to the agent): a server must not fill the database or the
+# worker's memory. An answer past it is recorded by size and digest; the call did run.
+MAX_TOOL_RESULT_BYTES = 1 << 20
+# A catalog is read by people and digested per tool: a listing past this is a server misbehaving.
+MAX_TOOLS_LIST_BYTES = 8 << 20
 # The SDK's own read timeout answers first; this backstop only catches a transport that blocks before it.
 _CALL_GRACE_S = 1.0
 _LIST_PAGE_CAP = 100
@@ -83,6 +90,7 @@ class ToolCallFailed(Exception):
     """Nothing reached the tool, or the tool refused or reported an error: the outcome is ``failed``."""
 
     def __init__(self, detail: str, *, result: Any = None) -> None:
+        detail = json_values.storable_text(detail)  # it may quote a server, and it is recorded
         super().__init__(detail)
         self.detail = detail
         # The tool's own error result (MCP isError), kept so the record can show what the provider said.
@@ -93,6 +101,7 @@ class OutcomeUnknown(Exception):
     """The request was sent and then the answer was lost: the side effect may have happened."""
 
     def __init__(self, detail: str) -> None:
+        detail = json_values.storable_text(detail)  # it may quote a server, and it is recorded
         super().__init__(detail)
         self.detail = detail
 
@@ -101,6 +110,7 @@ class MeasureFailed(Exception):
     """A lookup gave no trustworthy value (bad status, timeout, malformed answer, exception)."""
 
     def __init__(self, detail: str) -> None:
+        detail = json_values.storable_text(detail)  # it may quote a server, and it is recorded
         super().__init__(detail)
         self.detail = detail
 
@@ -143,9 +153,19 @@ def register_lookup(name: str) -> Callable[[F], F]:
 
 
 def call_tool(
-    connector: Mapping[str, Any], server: str, tool: str, arguments: Mapping[str, Any], *, timeout_s: float
+    connector: Mapping[str, Any],
+    server: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    *,
+    timeout_s: float,
+    expected: Mapping[str, Any] | None = None,
 ) -> Any:
     """Run one tool call, once. Returns a JSON-able result; never retries.
+
+    `expected` is the tool definition the call was preflighted against (the contract's): an MCP server
+    whose live listing of the tool says otherwise (description, inputSchema, annotations) is refused before
+    anything is sent, since the arguments were checked against a contract the server no longer offers.
 
     MCP results come back as ``{"content": [...], "structuredContent": ... | None, "isError": False}``;
     an ``isError`` result raises ``ToolCallFailed`` carrying that result.
@@ -163,11 +183,29 @@ def call_tool(
             _connect_timeout(connector, timeout_s),
             timeout_s,
             False,
+            expected,
         )
+        result = _bounded_result(result)
         if result["isError"]:
             raise ToolCallFailed(f"{server}/{tool} reported an error: {_first_text(result)}", result=result)
         return result
     raise ToolCallFailed(f"unknown connector kind {kind!r}")
+
+
+def _result_bytes(result: Any) -> bytes:
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def _bounded_result(result: dict[str, Any]) -> dict[str, Any]:
+    raw = _result_bytes(result)
+    if len(raw) <= MAX_TOOL_RESULT_BYTES:
+        return result
+    note = (
+        f"the server's answer was {len(raw)} bytes, more than the {MAX_TOOL_RESULT_BYTES} bytes kept;"
+        f" its sha256 is {hashlib.sha256(raw).hexdigest()}"
+    )
+    text = {"type": "text", "text": note}
+    return {"content": [text], "structuredContent": None, "isError": result["isError"]}
 
 
 def list_tools(connector: Mapping[str, Any], *, timeout_s: float) -> list[dict[str, Any]]:
@@ -436,7 +474,10 @@ async def _mcp_list(connector: Mapping[str, Any], timeout_s: float) -> list[dict
             failure = ToolCallFailed(f"no tools/list answer within {timeout_s}s{_stderr_tail(errlog)}")
     if tools is None:
         raise failure or ToolCallFailed("listing tools failed")
-    return [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in tools]
+    listed = [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in tools]
+    if len(_result_bytes(listed)) > MAX_TOOLS_LIST_BYTES:
+        raise ToolCallFailed(f"tools/list answered with more than {MAX_TOOLS_LIST_BYTES} bytes of tools")
+    return listed
 
 
 @dataclass
@@ -453,6 +494,7 @@ async def _mcp_call(
     connect_timeout_s: float,
     call_timeout_s: float,
     require_read_only: bool,
+    expected: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     state = _CallState()
     with _stderr_capture(connector) as errlog:
@@ -462,7 +504,9 @@ async def _mcp_call(
             try:
                 async with AsyncExitStack() as stack:
                     client = await _open_client(connector, stack, errlog)
-                    await _call_on(client, tool, arguments, call_timeout_s, require_read_only, scope, state)
+                    await _call_on(
+                        client, tool, arguments, call_timeout_s, require_read_only, scope, state, expected
+                    )
             except Exception as exc:
                 if state.result is None and state.failure is None:
                     kind = OutcomeUnknown if state.sent else ToolCallFailed
@@ -489,6 +533,7 @@ async def _call_on(
     require_read_only: bool,
     scope: anyio.CancelScope,
     state: _CallState,
+    expected: Mapping[str, Any] | None = None,
 ) -> None:
     """List, check, call. Failures are stored on ``state``, not raised: anything raised inside the client
     context comes back wrapped in the SDK's task-group ExceptionGroups, losing its meaning."""
@@ -501,6 +546,13 @@ async def _call_on(
         return
     if require_read_only and not (definition.annotations and definition.annotations.read_only_hint):
         state.failure = ToolCallFailed(f"{tool!r} is not annotated readOnlyHint; a lookup must not act")
+        return
+    changed = _changed_from(definition, expected)
+    if changed:
+        state.failure = ToolCallFailed(
+            f"the server now lists {tool!r} with another {', '.join(changed)} than the contract this call was"
+            " preflighted against; nothing was sent (an operator re-imports the server to accept the change)"
+        )
         return
     state.sent = True
     scope.deadline = anyio.current_time() + call_timeout_s + _CALL_GRACE_S
@@ -526,6 +578,22 @@ async def _call_on(
         "structuredContent": answer.structured_content,
         "isError": bool(answer.is_error),
     }
+
+
+# What of a listed tool the contract rests on: its arguments' schema, its prose (conditions, labels) and its
+# annotations (trust, readOnlyHint). Absent and empty are the same.
+_CONTRACT_FIELDS = {"description": "", "inputSchema": {}, "annotations": {}}
+
+
+def _changed_from(definition: Any, expected: Mapping[str, Any] | None) -> list[str]:
+    if expected is None:
+        return []
+    live = definition.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return [
+        key
+        for key, empty in _CONTRACT_FIELDS.items()
+        if canonical_json(live.get(key) or empty) != canonical_json(expected.get(key) or empty)
+    ]
 
 
 def _classify_mcp_error(exc: Any, tool: str) -> Exception:
@@ -619,7 +687,13 @@ class StartedMeasure:
             if self._failed is not None:
                 raise self._failed
             assert self._call is not None and self._finish is not None
-            return self._finish(self._call.result())
+            value, observed_at = self._finish(self._call.result())
+            try:
+                # A value is stored and digested: one PostgreSQL or canonical JSON cannot hold is no value.
+                json_values.check_json(value)
+            except json_values.JSONProblem as exc:
+                raise MeasureFailed(f"the answer cannot be recorded: {exc.detail}") from None
+            return value, observed_at
         except MeasureFailed as exc:
             if self.name and not exc.detail.startswith(f"{self.name}:"):
                 raise MeasureFailed(f"{self.name}: {exc.detail}") from exc
@@ -833,6 +907,8 @@ def _mcp_measure(name: str, config: Mapping[str, Any], args: Mapping[str, Any], 
         if outcome.error is not None:
             raise outcome.error
         result = outcome.value
+        if len(_result_bytes(result)) > MAX_MEASURE_BODY_BYTES:
+            raise MeasureFailed(f"{tool!r} answered with more than {MAX_MEASURE_BODY_BYTES} bytes")
         if result["isError"]:
             raise MeasureFailed(f"{tool!r} reported an error: {_first_text(result)}")
         value = result["structuredContent"]

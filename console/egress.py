@@ -144,10 +144,22 @@ def check_url(url: Any, *, what: str = "url") -> tuple[str, int]:
     return host, port
 
 
+# Cloud metadata services outside link-local: AWS's IPv6 endpoint (a unique-local address) and Alibaba's
+# (in the shared 100.64/10 space, which deployments use for other things, so only this address is refused).
+_METADATA = frozenset(ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200"))
+
+
 def _blocked_for_a_name(address: IPAddress, host: str) -> bool:
     """Addresses a listed DNS name may not resolve to: a name is not a way to reach this host's loopback
-    services (unless it is `localhost`), cloud metadata (link-local) or the unspecified address. An operator
+    services (unless it is `localhost`), cloud metadata (link-local, or a known metadata address) or the
+    unspecified address, nor such an IPv4 address carried inside an IPv6 one (6to4, Teredo). An operator
     who means such an address lists it as an IP literal."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.sixtofour or (address.teredo[1] if address.teredo else None)
+        if embedded is not None and _blocked_for_a_name(embedded, host):
+            return True
+    if address in _METADATA:
+        return True
     if address.is_loopback:
         return host != "localhost"
     return address.is_link_local or address.is_unspecified or address.is_multicast or address.is_reserved

@@ -24,6 +24,7 @@ from django.db.models import Count, Max, Min
 from django.utils import timezone
 
 from console import connectors, egress, models, records, services
+from console.api import parsers as json_text
 from console.audit import audit_append
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from preflight import (
@@ -409,7 +410,7 @@ class PastedCatalogError(Exception):
 def parse_tools_list(text: str) -> list[Any]:
     """A pasted `tools/list` result: `{"tools": [...]}`, a JSON-RPC answer carrying one, or a bare list."""
     try:
-        data = json.loads(text)
+        data = json_text.loads(text)
     except json.JSONDecodeError as exc:
         raise PastedCatalogError(f"not JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
     if isinstance(data, Mapping) and isinstance(data.get("result"), Mapping):
@@ -602,7 +603,7 @@ def json_path_line(text: str, steps: Sequence[str | int]) -> int | None:
 def check_rules_text(text: str) -> RulesCheck:
     """Parse and validate a checklist as the engine will (`load_rules`); a problem names its line."""
     try:
-        data = json.loads(text)
+        data = json_text.loads(text)
     except json.JSONDecodeError as exc:
         return RulesCheck(None, RuleProblem(f"not JSON: {exc.msg} (column {exc.colno})", "", exc.lineno))
     try:

@@ -29,7 +29,7 @@ from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 from kombu.utils.functional import retry_over_time
 
-from console import connectors, egress, models, records
+from console import connectors, egress, json_values, models, records
 from console.audit import audit_append, audit_batch
 from console.effect_locks import effect_lock
 from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, Unprocessable
@@ -1464,6 +1464,7 @@ class _Claim:
     server: str
     tool: str
     payload: dict[str, Any]
+    definition: dict[str, Any]  # the contract's tool definition, which the live server must still list
 
 
 @dataclass(frozen=True, slots=True)
@@ -1517,9 +1518,17 @@ def _execution_run(
     connector, timeout = _run_timeouts(claim.connector)
     result: Any = None
     try:
-        result = (call_tool or connectors.call_tool)(
-            connector, claim.server, claim.tool, claim.payload, timeout_s=timeout
-        )
+        if call_tool is not None:  # the gateway: it checks its upstream's live definition itself
+            result = call_tool(connector, claim.server, claim.tool, claim.payload, timeout_s=timeout)
+        else:
+            result = connectors.call_tool(
+                connector,
+                claim.server,
+                claim.tool,
+                claim.payload,
+                timeout_s=timeout,
+                expected=claim.definition,
+            )
         status, detail = "executed", ""
     except connectors.ToolCallFailed as exc:
         status, detail = "failed", str(exc) or type(exc).__name__
@@ -1534,17 +1543,20 @@ def _execution_run(
         grant_id=claim.grant_id,
         status=status,
         result=json_safe(result),
-        detail=detail,
+        detail=json_values.storable_text(detail),
         actor=actor,
     )
 
 
 def json_safe(value: Any) -> Any:
-    """The value if it is canonical JSON, else a description of it (a record must always be writable)."""
+    """The value if it is canonical JSON that PostgreSQL can store (no NUL, no lone surrogate: a tool's answer
+    is a server's text), else a description of it: a record must always be writable, above all the record
+    that a call ran."""
     try:
         canonical_json(value)
+        json_values.check_json(value)
         return value
-    except TypeError:
+    except (TypeError, json_values.JSONProblem):
         return {"unrepresentable": repr(value)[:10_000]}
 
 
@@ -1631,7 +1643,12 @@ def _gate_claim(
         },
     )
     return _Claim(
-        grant.pk, dict(contract.server.connector), contract.server.name, contract.name, dict(payload)
+        grant.pk,
+        dict(contract.server.connector),
+        contract.server.name,
+        contract.name,
+        dict(payload),
+        dict(contract.definition),
     )
 
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import json
 from typing import Any
 
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-MAX_DEPTH = 64
-# Canonical JSON (RFC 8785) numbers are doubles; a larger integer would digest differently elsewhere.
-MAX_SAFE_INT = 2**53 - 1
+from console import json_values
+from console.json_values import MAX_DEPTH, MAX_SAFE_INT
+
+__all__ = ["MAX_DEPTH", "MAX_SAFE_INT", "JSONRejected", "StrictJSONParser", "check_json", "loads"]
 
 
 class JSONRejected(ParseError):
@@ -34,35 +34,27 @@ class StrictJSONParser(JSONParser):
         return data
 
 
-def check_json(data: Any) -> None:
-    """Depth, number range and valid Unicode, checked without recursion (the input chooses the depth)."""
-    stack: list[tuple[Any, int, str]] = [(data, 1, "$")]
-    while stack:
-        value, depth, where = stack.pop()
-        if isinstance(value, Mapping | list):
-            if depth > MAX_DEPTH:
-                raise JSONRejected(f"nested deeper than {MAX_DEPTH} levels at {where}", "too_deep")
-            if isinstance(value, Mapping):
-                for key, item in value.items():
-                    _check_text(key, where)
-                    stack.append((item, depth + 1, f"{where}.{key}"))
-            else:
-                stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
-        elif isinstance(value, str):
-            _check_text(value, where)
-        elif isinstance(value, bool) or value is None:
-            continue
-        elif isinstance(value, int):
-            if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
-                raise JSONRejected(f"{where}: integer outside ±(2**53 - 1)", "invalid_number")
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise JSONRejected(f"{where}: number out of range", "invalid_number")
-
-
-def _check_text(text: str, where: str) -> None:
+def loads(text: str) -> Any:
+    """JSON text a person typed or pasted into the console, held to what the API's parser accepts (no NaN or
+    Infinity, no NUL or lone surrogate, no depth past MAX_DEPTH, no integer past 2**53 - 1). A refusal is a
+    json.JSONDecodeError, as from json.loads, so a form reports it like any other unreadable JSON."""
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise JSONRejected(
-            f"{where}: string holds a lone surrogate (\\ud800-\\udfff)", "malformed_json"
-        ) from None
+        data = json.loads(text, parse_constant=_reject_constant)
+        check_json(data)
+    except RecursionError:
+        raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", text, 0) from None
+    except JSONRejected as exc:
+        raise json.JSONDecodeError(str(exc.detail), text, 0) from None
+    return data
+
+
+def _reject_constant(token: str) -> Any:
+    raise JSONRejected(f"{token} is not a JSON number", "invalid_number")
+
+
+def check_json(data: Any) -> None:
+    """`console.json_values.check_json`, refusing as the API does (a 400 naming the place)."""
+    try:
+        json_values.check_json(data)
+    except json_values.JSONProblem as exc:
+        raise JSONRejected(exc.detail, exc.code) from None

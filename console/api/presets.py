@@ -12,7 +12,6 @@ from rest_framework.views import APIView
 from console import services
 from console.api.common import AGENT_PERMISSIONS, actor, errors
 from console.api.fields import AnyJSON
-from console.errors import BadInput
 
 
 class PresetOut(serializers.Serializer):
@@ -26,6 +25,11 @@ class PresetOut(serializers.Serializer):
     revoked_at = serializers.DateTimeField(allow_null=True)
 
 
+class PresetQuery(serializers.Serializer):
+    # A CharField refuses NUL (which PostgreSQL cannot compare against) and blank values alike.
+    principal = serializers.CharField()
+
+
 class PresetListView(APIView):
     permission_classes = AGENT_PERMISSIONS
 
@@ -36,9 +40,9 @@ class PresetListView(APIView):
         responses={200: PresetOut(many=True), **errors(403)},
     )
     def get(self, request: Request) -> Response:
-        principal = request.query_params.get("principal", "")
-        if not principal:
-            raise BadInput("invalid", "principal: required query parameter")
+        query = PresetQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        principal = query.validated_data["principal"]
         presets = services.preset_list(principal=principal, token=request.auth)
         return Response(PresetOut(presets, many=True).data)
 

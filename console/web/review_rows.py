@@ -12,6 +12,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
+from console.api import parsers as json_text
 from preflight.approvals import value_digest
 from preflight.confirmations import is_user_yes_key
 
@@ -138,7 +139,7 @@ def parse_edit(text: str, schema: Mapping[str, Any]) -> Any:
     if types == ["string"]:
         return text
     try:
-        return json.loads(text)
+        return json_text.loads(text)
     except ValueError:
         if not types or "string" in types:
             return text  # undeclared or string-or-else: text that is not JSON is the text itself

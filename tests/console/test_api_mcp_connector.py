@@ -91,6 +91,30 @@ def smuggled_connectors(marker: Path) -> list[tuple[dict[str, Any], str]]:
         ({"kind": "mcp_stdio", "command": [*PROBE, "-c", touch]}, "command_not_allowed"),
         ({"kind": "mcp_stdio", "command": [sys.executable, "-c", touch, *PROBE[1:]]}, "command_not_allowed"),
         ({"kind": "mcp_stdio", "command": PROBE[:1]}, "command_not_allowed"),
+        # Spellings of the allowed line that are not it: the allow-list compares argv exactly.
+        ({"kind": "mcp_stdio", "command": [PROBE[0] + " ", *PROBE[1:]]}, "command_not_allowed"),
+        (
+            {"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1].replace("/tests/", "/./tests/")]},
+            "command_not_allowed",
+        ),
+        (
+            {"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1].replace("/tests/", "/tests/../tests/")]},
+            "command_not_allowed",
+        ),
+        (
+            {"kind": "mcp_stdio", "command": [PROBE[0].replace("python", "pyth\u043en"), *PROBE[1:]]},
+            "command_not_allowed",
+        ),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1] + "\u200b"]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], PROBE[1].upper()]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [" ".join(PROBE)]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], "-I", PROBE[1]]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": [*PROBE, "--transport", "http"]}, "command_not_allowed"),
+        ({"kind": "mcp_stdio", "command": {"0": PROBE[0], "1": PROBE[1]}}, "invalid_connector"),
+        ({"kind": "mcp_stdio", "command": [PROBE[0], [PROBE[1]]]}, "invalid_connector"),
+        ({"kind": "MCP_STDIO", "command": PROBE}, "invalid_connector"),
+        ({"kind": ["mcp_stdio"], "command": PROBE}, "invalid_connector"),
+        ({"kind": "mcp_http", "url": "http://127.0.0.1:8765/mcp", "kind ": "mcp_stdio"}, "invalid_connector"),
         ({"kind": "mcp_stdio", "command": " ".join(PROBE)}, "invalid_connector"),
         ({"kind": "mcp_stdio", "command": [*PROBE, ""]}, "invalid_connector"),
         (
@@ -204,3 +228,55 @@ def test_a_measure_that_would_reach_an_unlisted_place_is_refused_and_the_old_one
     assert response.status_code in (400, 422)
     assert response.json()["error"] == code
     assert configuration() == before
+
+
+@pytest.mark.parametrize("change", ["description", "inputSchema", "annotations"])
+def test_a_server_that_lists_its_tool_otherwise_than_its_contract_gets_no_call(
+    agent: Agent, downstream: Downstream, probe_allowed: list[str], settings: Any, tmp_path: Path, change: str
+) -> None:
+    marker = tmp_path / "called"
+    services.catalog_import(
+        server="bank",
+        tools=[TRANSFER],
+        annotations_trusted=True,
+        connector={"kind": "mcp_stdio", "command": PROBE},
+        actor="test",
+    )
+    services.measure_create(name="bank.balance", kind="python", actor="test")
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+    assert record["verdict"] == "execute", record
+    before = configuration()
+    # After the import and the preflight, the server changes what it says the tool is.
+    settings.PREFLIGHT_MCP_STDIO_ENV = {
+        **settings.PREFLIGHT_MCP_STDIO_ENV,
+        "PROBE_CHANGE": change,
+        "PROBE_MARKER": str(marker),
+    }
+
+    run = agent.post(f"/api/v1/executions/{record['id']}/run", {"grant": record["grant"]}).json()
+
+    assert run["outcome"] == "failed", run
+    assert f"another {change}" in run["detail"] and "nothing was sent" in run["detail"]
+    assert not marker.exists()
+    assert configuration()[:3] == before[:3]  # the contract stays what the operator imported
+
+
+def test_a_server_that_lists_its_tool_as_imported_is_called_and_the_marker_proves_it(
+    agent: Agent, downstream: Downstream, probe_allowed: list[str], settings: Any, tmp_path: Path
+) -> None:
+    marker = tmp_path / "called"
+    services.catalog_import(
+        server="bank",
+        tools=[TRANSFER],
+        annotations_trusted=True,
+        connector={"kind": "mcp_stdio", "command": PROBE},
+        actor="test",
+    )
+    services.measure_create(name="bank.balance", kind="python", actor="test")
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+    settings.PREFLIGHT_MCP_STDIO_ENV = {**settings.PREFLIGHT_MCP_STDIO_ENV, "PROBE_MARKER": str(marker)}
+
+    run = agent.post(f"/api/v1/executions/{record['id']}/run", {"grant": record["grant"]}).json()
+
+    assert run["outcome"] == "executed", run
+    assert marker.read_text() == "called\n"

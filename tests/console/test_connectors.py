@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -1363,3 +1363,113 @@ def test_in_process_tool_definitions_are_what_the_server_lists(bank_http: dict[s
     from console.demo import inprocess
 
     assert inprocess.tool_definitions("bank") == connectors.list_tools(bank_http, timeout_s=10)
+
+
+def test_an_mcp_lookup_answer_larger_than_the_bound_is_a_failed_lookup(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "MAX_MEASURE_BODY_BYTES", 40)  # get_balance's answer is longer
+
+    with pytest.raises(MeasureFailed, match="more than 40 bytes"):
+        connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB})
+
+
+def test_a_tool_answer_larger_than_the_bound_is_kept_as_its_size_and_digest(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "MAX_TOOL_RESULT_BYTES", 40)
+
+    result = connectors.call_tool(bank_http, "bank", "get_balance", {"account": BOB}, timeout_s=10)
+
+    assert result["structuredContent"] is None and result["isError"] is False
+    (note,) = result["content"]
+    assert "more than the 40 bytes kept" in note["text"] and "sha256" in note["text"]
+
+
+def test_a_tools_list_larger_than_the_bound_is_refused(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connectors, "MAX_TOOLS_LIST_BYTES", 100)
+
+    with pytest.raises(ToolCallFailed, match="more than 100 bytes"):
+        connectors.list_tools(bank_http, timeout_s=10)
+
+
+@pytest.mark.parametrize(
+    "raw_value",
+    ['"a\\u0000b"', '{"k\\u0000": 1}', '"\\ud800"', "1" + "0" * 30, "[" * 100 + "]" * 100],
+    ids=["nul", "nul-key", "surrogate", "huge-int", "deep"],
+)
+def test_a_lookup_answer_that_cannot_be_recorded_is_a_failed_lookup(
+    endpoint: MeasureEndpoint, raw_value: str
+) -> None:
+    observed = datetime.now(UTC).isoformat()
+    endpoint.body = f'{{"value": {raw_value}, "observed_at": "{observed}"}}'.encode()
+
+    with pytest.raises(MeasureFailed):
+        connectors.run_measure(http_measure(endpoint), {})
+
+
+def test_http_measure_fails_on_a_head_that_never_ends(raw_server: RawServer) -> None:
+    raw_server.reply = b"HTTP/1.1 200 OK\r\nX-Filler: " + b"a" * (4 << 20)
+
+    with pytest.raises(MeasureFailed):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
+def test_http_measure_fails_on_a_chunked_answer_larger_than_the_limit(raw_server: RawServer) -> None:
+    chunk = b"%x\r\n%s\r\n" % (1 << 16, b" " * (1 << 16))
+    count = connectors.MAX_MEASURE_BODY_BYTES // (1 << 16) + 2
+    raw_server.reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * count + b"0\r\n\r\n"
+
+    with pytest.raises(MeasureFailed, match="larger than"):
+        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+
+
+def test_http_measure_dripping_its_answer_is_cut_off_at_the_timeout() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = int(listener.getsockname()[1])
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        read_request(conn)
+        with suppress(OSError):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            while not stop.is_set():
+                conn.sendall(b" ")
+                time.sleep(0.05)
+        conn.close()
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    measure = {"name": "m", "kind": "http", "url": f"http://127.0.0.1:{port}/", "timeout_s": 0.5}
+    started = time.monotonic()
+    try:
+        with pytest.raises(MeasureFailed, match="no answer within"):
+            connectors.run_measure(measure, {})
+        assert time.monotonic() - started < 2.0
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_an_mcp_http_connector_ignores_every_proxy_the_environment_names(
+    bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = socket.create_server(("127.0.0.1", 0))
+    proxy.settimeout(0.1)
+    address = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, address)
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        tools = connectors.list_tools(bank_http, timeout_s=10)
+        with pytest.raises(TimeoutError):
+            proxy.accept()  # nobody came
+    finally:
+        proxy.close()
+
+    assert {tool["name"] for tool in tools} == {"transfer_funds", "get_balance"}

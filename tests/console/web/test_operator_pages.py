@@ -506,3 +506,33 @@ def test_no_one_but_an_operator_can_change_the_catalog_trust_or_rules_from_the_c
         client.logout()
 
     assert state() == before
+
+
+HOSTILE_JSON = {
+    "nested past the parser's depth": "[" * 5000 + "]" * 5000,
+    "a NUL escape": '{"tools": [{"name": "t\\u0000", "inputSchema": {"type": "object"}}]}',
+    "a lone surrogate": '{"tools": [{"name": "t\\ud800", "inputSchema": {"type": "object"}}]}',
+    "NaN": '{"tools": [{"name": "t", "inputSchema": {"type": "object", "maximum": NaN}}]}',
+    "an integer past 2**53": '{"tools": [{"name": "t", "inputSchema": {"maximum": 1' + "0" * 30 + "}}]}",
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE_JSON.values(), ids=HOSTILE_JSON.keys())
+def test_pasted_tools_json_the_api_would_refuse_is_a_422_and_the_catalog_is_untouched(
+    client: Client, operator: Any, text: str
+) -> None:
+    response = client.post("/catalog/import/", {"server": "bank", "tools": text})
+
+    assert response.status_code == 422
+    assert b"not JSON" in response.content
+    assert not models.Server.objects.exists() and not models.ToolContract.objects.exists()
+
+
+@pytest.mark.parametrize("text", HOSTILE_JSON.values(), ids=HOSTILE_JSON.keys())
+def test_rules_json_the_api_would_refuse_is_a_422_and_no_rules_are_saved(
+    client: Client, operator: Any, text: str
+) -> None:
+    response = client.post("/rules/new/", {"text": text, "action": "save"})
+
+    assert response.status_code == 422
+    assert not models.RuleSet.objects.exists()

@@ -3,6 +3,7 @@ action works as a plain form POST (redirect) and as an htmx request (the named p
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -508,3 +509,24 @@ def test_an_execution_whose_action_is_not_chosen_yet_still_has_a_review_page(
     assert "unresolved" in row and "ask_user" in row
     assert "Save as my answer" not in row  # choosing among tools is the user's, and tools are never named
     assert approver.get("/executions/").context["page"].total == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 5000 + "]" * 5000, '"\\u0000"', '"\\ud800"', "NaN", "1" + "0" * 30],
+    ids=["deep", "nul", "surrogate", "nan", "huge-int"],
+)
+@pytest.mark.parametrize("slot_key", ["fixed:tool", "fixed:timing", "arg:amount", "arg:memo"])
+def test_a_reviewer_value_the_api_would_refuse_is_told_back_and_nothing_is_recorded(
+    approver: Client, held: models.Execution, slot_key: str, text: str
+) -> None:
+    records = held.preflight_records.count()
+
+    response = approver.post(url(held, "answer"), {"slot": slot_key, "value": text}, follow=True)
+
+    assert response.status_code == 200
+    held.refresh_from_db()
+    if slot_key == "arg:amount":  # a number: the text is refused; elsewhere it is taken as the text itself
+        assert held.preflight_records.count() == records
+    for record in held.preflight_records.all():
+        assert "\x00" not in json.dumps(record.record)
