@@ -266,9 +266,12 @@ def test_list_elements_use_the_items_schema() -> None:
 # --- strings --------------------------------------------------------------------------------------------
 
 
-def test_an_iban_matches_with_or_without_spaces() -> None:
+def test_an_iban_the_user_grouped_matches_its_compact_value_but_separators_are_never_added() -> None:
     assert values_match("DE02 1203 0000", "DE0212030000")
-    assert values_match("DE0212030000", "DE02 1203 0000")
+    # The value would carry separators the user never wrote: to the tool "123-456" may not be "123456".
+    assert not values_match("DE0212030000", "DE02 1203 0000")
+    assert not values_match("123456", "123-456")
+    assert not values_match("12 3456", "123-456")
 
 
 def test_a_card_number_matches_with_or_without_hyphens() -> None:
@@ -341,10 +344,16 @@ def test_an_email_with_inner_whitespace_is_a_different_address() -> None:
     assert not values_match("bob 1@example.com", "bob1@example.com")  # not a grouped identifier either
 
 
-def test_a_date_matches_any_iso_spelling_of_the_same_day() -> None:
+def test_a_date_matches_an_extended_iso_spelling_of_the_same_day() -> None:
     schema = {"type": "string", "format": "date"}
-    assert values_match("20250304", "2025-03-04", schema)
     assert values_match("2025-W10-2", "2025-03-04", schema)
+
+
+def test_an_eight_digit_number_is_not_a_date() -> None:
+    # ISO's basic form is an order or reference number as often as a day; the hyphens say which it is.
+    schema = {"type": "string", "format": "date"}
+    assert not values_match("20250304", "2025-03-04", schema)
+    assert not values_match("20250304", "2025-03-04")
 
 
 def test_a_date_that_is_not_iso_does_not_match() -> None:
@@ -815,3 +824,63 @@ def test_no_character_that_only_folds_to_ascii_ever_stands_for_it(word: str, dat
     if word.isdigit():
         assert not check_pointer(conversation, span, int(word)).ok
         assert not check_pointer(conversation, span, float(word)).ok
+
+
+# --- red team: look-alikes opened by normalisation -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "words", "value"),
+    [
+        ("Pay 5 million now", "5", 5),
+        ("Pay 5 Million.", "5", 5),
+        ("Pay €5 thousand", "€5", 5),
+        ("Pay 500 grand", "500", 500),
+        ("Pay 5 k now", "5", 5),
+        ("Pay 2 bn now", "2", 2),
+        ("Pay 3 Mio. EUR", "3", 3),
+        ("Raise it 5 percent", "5", 5),
+        ("Raise it 5 per cent", "5", 5),
+        ("Pay 5 \u00bd now", "5", 5),  # five and a half
+        ("Pay minus 5 now", "5", 5),
+        ("Pay negative $5 now", "$5", 5),
+    ],
+)
+def test_a_number_whose_neighbouring_word_scales_or_negates_it_never_verifies(
+    content: str, words: str, value: object
+) -> None:
+    assert point(content, words, value).reason == "not_a_whole_token"
+
+
+def test_words_beside_a_number_that_do_not_change_it_still_let_it_verify() -> None:
+    assert point("Pay 5 EUR now", "5", 5).ok
+    assert point("Order 5 items", "5", 5).ok
+    assert point("Pay 5, millions of thanks", "5", 5).ok  # the comma ends the number
+
+
+def test_zero_verifies_only_with_the_sign_the_user_wrote() -> None:
+    assert not point("Set it to 0 now", "0", -0.0).ok
+    assert not point("Set it to -0 now", "-0", 0).ok
+    assert not point("Set it to 0.0 now", "0.0", -0.0).ok
+    assert point("Set it to -0 now", "-0", -0.0).ok
+    assert point("Set it to 0 now", "0", 0.0).ok
+
+
+def test_a_line_break_inside_a_span_separates_two_values() -> None:
+    assert not point("to Bob\nSmith will sign", "Bob\nSmith", "Bob Smith").ok
+    assert not point("to Bob\r\n\r\nSmith will sign", "Bob\r\n\r\nSmith", "Bob Smith").ok
+    assert not point("to Bob\u2028Smith will sign", "Bob\u2028Smith", "Bob Smith").ok
+    assert point("to Bob\nSmith will sign", "Bob\nSmith", "Bob\nSmith").ok  # exactly what was written
+
+
+def test_a_character_that_composes_into_ascii_never_stands_for_it() -> None:
+    # NFC maps the Kelvin sign to K: canonical, yet a look-alike the user may never have typed as K.
+    assert not point("to \u212a now", "\u212a", "K").ok
+    assert not point("code \u212a7 now", "\u212a7", "K7").ok
+    assert point("to Jose\u0301 now", "Jose\u0301", "Jos\u00e9").ok  # composition that loses no letter
+
+
+def test_separators_the_user_never_wrote_are_never_added_to_an_identifier() -> None:
+    assert not point("ref 20250304 please", "20250304", "2025-03-04", {"type": "string", "format": "date"}).ok
+    assert not point("ref 123456 please", "123456", "123-456").ok
+    assert point("iban DE02 1203 0000 please", "DE02 1203 0000", "DE0212030000").ok
