@@ -7,11 +7,12 @@ request; `preflight()` is the cheap per-call part.
 from __future__ import annotations
 
 import threading
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from .approvals import approval_state
 from .canonical import digest
@@ -1012,6 +1013,7 @@ class _Run:
                 extra.update(k[4:] for k in mapping if k[:4] == "arg:" and k[4:] not in declared)
             self.extra_paths = sorted(extra)
         prefix = f"{node.path}." if node.path else ""
+        skeletons: dict[str, list[str]] | None = None  # built at the first undeclared name in this object
         for path in self.extra_paths:
             if not path.startswith(prefix) or path in self.arg_slots:
                 continue
@@ -1026,9 +1028,12 @@ class _Run:
             # "amount.x" beside a scalar amount, or "a.b" for an undeclared "a": a name with a dot cannot be
             # told from a nested argument, and no payload holds both readings.
             clash = "." in rest or rest == ""
+            if skeletons is None:
+                skeletons = _skeletons(node, self.extra_paths, prefix)
+            look_alike = None if clash else _look_alike(rest, skeletons)
             cfg = self.contract.slot_config(path)
             label = path.replace("_", " ").replace(".", " ")
-            if clash:
+            if clash or look_alike:
                 slot = SlotState(
                     key,
                     "value",
@@ -1036,7 +1041,8 @@ class _Run:
                     label,
                     "unknown",
                     route="hold",
-                    detail="no place in the arguments: a dotted name, or inside a value that is no object",
+                    detail=look_alike
+                    or "no place in the arguments: a dotted name, or inside a value that is no object",
                 )
                 # Not an argument slot: it has no place in the payload, and nothing that reads the argument
                 # it seems to sit in waits for it.
@@ -1534,6 +1540,47 @@ _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:tool": {"type": "integer"},
     "fixed:intended_change": {"type": "string"},
 }
+
+
+# Names a JavaScript tool reads as its objects' machinery rather than as data (Object.assign, merges).
+_RUNTIME_NAMES: Final = frozenset({"__proto__", "constructor", "prototype"})
+
+
+def _name_skeleton(name: str) -> str:
+    """What a reader takes a name for: compatibility forms folded, case and separators ignored, invisible
+    characters dropped. Two names with one skeleton look like one argument on a review screen."""
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return "".join(c for c in folded if c not in "_- " and unicodedata.category(c)[0] not in "CZ")
+
+
+def _scripts(name: str) -> set[str]:
+    # A letter's script is the first word of its Unicode name (LATIN, CYRILLIC, GREEK...).
+    return {unicodedata.name(c, "?").split(" ", 1)[0] for c in name if c.isalpha()}
+
+
+def _skeletons(node: ObjectNode, extra: Sequence[str], prefix: str) -> dict[str, list[str]]:
+    """The names of an object's arguments, declared and undeclared, by skeleton."""
+    out: dict[str, list[str]] = {}
+    names = {*node.properties, *(p[len(prefix) :] for p in extra if p.startswith(prefix))}
+    for name in sorted(names):
+        if "." not in name:
+            out.setdefault(_name_skeleton(name), []).append(name)
+    return out
+
+
+def _look_alike(name: str, skeletons: Mapping[str, Sequence[str]]) -> str | None:
+    """Why an undeclared argument's name (the agent's choice, never the user's words) cannot be told from
+    another argument's or from no name, or None. Such a value holds: it has no place a reviewer could see."""
+    if name in _RUNTIME_NAMES:
+        return f"'{name}' is read as an object's machinery by some tools, not as an argument"
+    if any(unicodedata.category(c)[0] in "CZ" and c != " " for c in name) or name != name.strip():
+        return "the argument's name has invisible, control or edge space characters"
+    if len(_scripts(name)) > 1:
+        return "the argument's name mixes letters of several scripts"
+    other = next((n for n in skeletons.get(_name_skeleton(name), ()) if n != name), None)
+    if other is not None:
+        return f"the argument's name looks like '{other}', another argument's"
+    return None
 
 
 def _timing_at(value: Any) -> datetime | object | None:
