@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any, Final, Literal
 
 from preflight.errors import RequestError
@@ -74,6 +75,8 @@ REASONS: Final = (
     "not_a_whole_token",  # the span cuts a token: 500 in "1500", BOB in "BOB7", 5 in "-5"
     "ambiguous_number",  # "1.500" where the conversation does not say which mark is the decimal one
     "bidi_control",  # the turn reorders its text on screen: what was shown may not be what is stored
+    "spans_overlap",  # two list elements from one word: "Bob" once is not two tickets for Bob
+    "elements_out_of_order",  # a list in another order than the user wrote it
 )
 
 DecimalMark = Literal[".", ","]
@@ -232,6 +235,12 @@ def check_pointer(
     failed = next((c for c in checks if not c.ok), None)
     if failed is not None:
         return SpanCheck(ok=False, reason=failed.reason, text=text)
+    ordered = sorted(spans, key=lambda s: (s.turn, s.start))
+    if any(a.turn == b.turn and b.start < a.end for a, b in pairwise(ordered)):
+        return SpanCheck(ok=False, reason="spans_overlap", text=text)
+    if ordered != list(spans):
+        # A list's order is part of its value (a route, a ranking): the user's order or none.
+        return SpanCheck(ok=False, reason="elements_out_of_order", text=text)
     return SpanCheck(ok=True, reason=None, text=text)
 
 

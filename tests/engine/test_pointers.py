@@ -48,6 +48,8 @@ def test_the_reasons_are_the_agreed_fixed_set() -> None:
         "not_a_whole_token",
         "ambiguous_number",
         "bidi_control",
+        "spans_overlap",
+        "elements_out_of_order",
     )
 
 
@@ -884,3 +886,18 @@ def test_separators_the_user_never_wrote_are_never_added_to_an_identifier() -> N
     assert not point("ref 20250304 please", "20250304", "2025-03-04", {"type": "string", "format": "date"}).ok
     assert not point("ref 123456 please", "123456", "123-456").ok
     assert point("iban DE02 1203 0000 please", "DE02 1203 0000", "DE0212030000").ok
+
+
+def test_one_word_never_grounds_two_elements_of_a_list() -> None:
+    conversation = [user("Tickets for Bob and Ann now")]
+    bob = span_of(conversation, 0, "Bob")
+    ann = span_of(conversation, 0, "Ann")
+    assert check_pointer(conversation, [bob, bob], ["Bob", "Bob"]).reason == "spans_overlap"
+    assert check_pointer(conversation, [bob, ann], ["Bob", "Ann"]).ok
+
+
+def test_a_list_verifies_only_in_the_order_the_user_wrote_it() -> None:
+    conversation = [user("Stop at Lyon then Dijon")]
+    lyon = span_of(conversation, 0, "Lyon")
+    dijon = span_of(conversation, 0, "Dijon")
+    assert check_pointer(conversation, [dijon, lyon], ["Dijon", "Lyon"]).reason == "elements_out_of_order"
