@@ -752,6 +752,12 @@ class _Run:
                     # Settled as one value: a whole object from a trusted answer, or an obligatory object
                     # whose members are all optional (someone still has to say what goes in it).
                     res = resolutions.get(name) or self.resolve_prop(prop)
+                    if members and res.status == "known" and res.refused is None:
+                        clash = self.member_clash(prop.path, res.value, paths)
+                        if clash is not None:
+                            # Both are the user's: keeping the whole would silently drop the member.
+                            res.refused = clash
+                            self.values.pop(prop.path, None)
                     self.arg_slot(prop, res, name in required)
                 elif name in required or members:
                     self.objects.append(prop.path)
@@ -819,6 +825,25 @@ class _Run:
             # a lookup waiting for other arguments is looked at again once they are settled
             self.resolved[prop.path] = res
         return res
+
+    def member_clash(self, path: str, whole: Any, paths: set[str]) -> str | None:
+        """Why a whole object's value disagrees with what was stated for one of its members, or None."""
+        for member in sorted(p for p in paths if p.startswith(path + ".")):
+            cfg = self.contract.slot_config(member)
+            # Only the user's own sources: a lookup is not started to second-guess an answer.
+            sources = [s for s in cfg.sources if s in ("user_answer", "instruction", "preset", "prior_state")]
+            schema = _member_schema(self.plan.root, member)
+            cand = self.request.candidates.get(member)
+            res = self._walk_sources(f"arg:{member}", sources, cand, schema, cfg)
+            if res.status == "unknown":
+                continue
+            here: Any = whole
+            for part in member[len(path) + 1 :].split("."):
+                here = here.get(part, _ABSENT) if isinstance(here, dict) else _ABSENT
+            if here is _ABSENT or not same_json(here, res.value):
+                rest = member[len(path) + 1 :]
+                return f"{rest} is also given, as {res.value!r}, and this value does not hold it"
+        return None
 
     def member_grounded(self, node: ObjectNode) -> bool:
         for prop in node.properties.values():
@@ -1581,6 +1606,23 @@ def _look_alike(name: str, skeletons: Mapping[str, Sequence[str]]) -> str | None
     if other is not None:
         return f"the argument's name looks like '{other}', another argument's"
     return None
+
+
+_ABSENT: Final = object()
+
+
+def _member_schema(root: ObjectNode | None, path: str) -> Mapping[str, Any]:
+    """The declared schema of the argument at `path` ({} where the tool declares none)."""
+    node = root
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        prop = node.properties.get(part) if node is not None else None
+        if prop is None:
+            return {}
+        if i == len(parts) - 1:
+            return prop.schema
+        node = prop.child
+    return {}
 
 
 def _timing_at(value: Any) -> datetime | object | None:

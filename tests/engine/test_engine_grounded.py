@@ -204,6 +204,42 @@ def test_undeclared_names_of_other_scripts_or_with_slashes_are_arguments_like_an
     assert record.payload is not None and record.payload["a/b~0"] is True
 
 
+SHIP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "qty": {"type": "integer"},
+        "ship": {"type": "object", "properties": {"to": {"type": "string"}}},
+    },
+    "required": ["qty"],
+}
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        {"candidates": {"ship.to": ("Bob", "Bob")}},
+        {"answers": {"arg:ship.to": Answer("Bob", "user:alice", "a2")}},
+    ],
+    ids=["verified-candidate", "answer"],
+)
+def test_a_whole_object_never_silently_drops_a_member_stated_otherwise(member: dict[str, Any]) -> None:
+    said = Said("Order 3 now to Bob")
+    answers = {"arg:ship": Answer({"to": "Ann"}, "user:alice", "a1"), **member.get("answers", {})}
+    record = run(order(SHIP_SCHEMA), said, {"qty": (3, "3"), **member.get("candidates", {})}, answers=answers)
+    assert record.verdict == "ask"
+    slot = record.slot("arg:ship")
+    assert slot.status == "unknown" and slot.refused is not None and "'Bob'" in slot.refused
+    assert record.payload == {"qty": 3}
+
+
+def test_a_whole_object_that_holds_the_member_stated_for_it_settles() -> None:
+    said = Said("Order 3 now to Bob")
+    answers = {"arg:ship": Answer({"to": "Bob"}, "user:alice", "a1")}
+    record = run(order(SHIP_SCHEMA), said, {"qty": (3, "3"), "ship.to": ("Bob", "Bob")}, answers=answers)
+    assert record.verdict == "execute", record.reasons
+    assert record.payload == {"qty": 3, "ship": {"to": "Bob"}}
+
+
 # --- values the tool's schema refuses ---------------------------------------------------------------------
 
 
