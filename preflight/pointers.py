@@ -405,6 +405,8 @@ def _on_token_boundary(content: str, start: int, end: int, text: str) -> bool:
         return False
     if _reworded_number(content, start, end, text):
         return False
+    if _joins_emoji(content, start) or _joins_emoji(content, end):
+        return False
     if (start == 0 or content[start - 1] in _PLAIN_EDGES) and (
         end == len(content)
         or content[end] in _PLAIN_EDGES
@@ -437,6 +439,15 @@ def _on_token_boundary(content: str, start: int, end: int, text: str) -> bool:
         if ends_with_number and c in _NUMBER_SUFFIXES:
             return False
     return True
+
+
+def _joins_emoji(content: str, i: int) -> bool:
+    """Whether the boundary before content[i] sits inside one emoji: a skin-tone modifier or a zero-width
+    joiner on it ("👍🏽" and a ZWJ family are one picture each: "👍" or "👨" is not what was written)."""
+    if not 0 < i < len(content):
+        return False
+    after, before = content[i], content[i - 1]
+    return after == "\u200d" or before == "\u200d" or "\U0001f3fb" <= after <= "\U0001f3ff"
 
 
 def _digit_grouped(content: str, i: int, step: int) -> bool:

@@ -901,3 +901,13 @@ def test_a_list_verifies_only_in_the_order_the_user_wrote_it() -> None:
     lyon = span_of(conversation, 0, "Lyon")
     dijon = span_of(conversation, 0, "Dijon")
     assert check_pointer(conversation, [dijon, lyon], ["Dijon", "Lyon"]).reason == "elements_out_of_order"
+
+
+def test_a_span_that_ends_inside_an_emoji_never_verifies() -> None:
+    assert (
+        point("to Bob\U0001f44d\U0001f3fd now", "Bob\U0001f44d", "Bob\U0001f44d").reason
+        == "not_a_whole_token"
+    )
+    family = "Bob\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    assert point(f"to {family} now", "Bob\U0001f468", "Bob\U0001f468").reason == "not_a_whole_token"
+    assert point(f"to {family} now", family, family).ok
