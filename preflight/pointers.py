@@ -21,6 +21,8 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Any, Final, Literal
 
+from stdnum import iban
+
 from preflight.errors import RequestError
 from preflight.frozen import fast_init
 
@@ -568,7 +570,11 @@ def _grouped_id_matches(got: str, value: str) -> bool:
         return False
     compact_got, compact_value = _ID_SEPARATORS.sub("", got), _ID_SEPARATORS.sub("", value)
     # Short ones are not identifiers but ranges and scores: "12-15" is not "1215".
-    return len(compact_value) >= 6 and compact_got == compact_value
+    if len(compact_value) < 6 or compact_got != compact_value:
+        return False
+    # Digits (a card, a phone, an account number) group freely; with letters, only an IBAN's checksum tells
+    # one identifier from several words: "Alice 120" is not the user name "Alice120".
+    return compact_value.lstrip("+").isdigit() or iban.is_valid(compact_value)
 
 
 def _parse_date(s: str) -> date | None:
