@@ -30,6 +30,11 @@ def answer_problem(
 ) -> str | None:
     """Why `value` does not answer `key`, or None when it does. `asked`: slot key -> the schema of the
     question asked for it now (from the latest record)."""
+    if key.startswith("arg:") and plan is not None:
+        sources = plan.contract.slot_config(key[4:]).sources
+        if "user_answer" not in sources:
+            # Stored, it would settle nothing and be shown as answered: say so instead of swallowing it.
+            return f"this slot is not settled by an answer (its sources: {', '.join(sources) or 'none'})"
     schema = asked.get(key)
     if schema is not None and key.startswith(_CHOICE_SLOTS):
         # A choice is answered by its option's label (the schema) or by the option's index.

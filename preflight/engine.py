@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from .approvals import approval_state, value_digest
 from .canonical import digest
@@ -776,6 +776,12 @@ class _Run:
                     # Settled as one value: a whole object from a trusted answer, or an obligatory object
                     # whose members are all optional (someone still has to say what goes in it).
                     res = resolutions.get(name) or self.resolve_prop(prop)
+                    if members and res.status == "known" and res.refused is None:
+                        clash = self.member_clash(prop.path, res.value, paths)
+                        if clash is not None:
+                            # Both are the user's: keeping the whole would silently drop the member.
+                            res.refused = clash
+                            self.values.pop(prop.path, None)
                     self.arg_slot(prop, res, name in required)
                 elif name in required or members:
                     self.objects.append(prop.path)
@@ -843,6 +849,25 @@ class _Run:
             # a lookup waiting for other arguments is looked at again once they are settled
             self.resolved[prop.path] = res
         return res
+
+    def member_clash(self, path: str, whole: Any, paths: set[str]) -> str | None:
+        """Why a whole object's value disagrees with what was stated for one of its members, or None."""
+        for member in sorted(p for p in paths if p.startswith(path + ".")):
+            cfg = self.contract.slot_config(member)
+            # Only the user's own sources: a lookup is not started to second-guess an answer.
+            sources = [s for s in cfg.sources if s in ("user_answer", "instruction", "preset", "prior_state")]
+            schema = _member_schema(self.plan.root, member)
+            cand = self.request.candidates.get(member)
+            res = self._walk_sources(f"arg:{member}", sources, cand, schema, cfg)
+            if res.status == "unknown":
+                continue
+            here: Any = whole
+            for part in member[len(path) + 1 :].split("."):
+                here = here.get(part, _ABSENT) if isinstance(here, dict) else _ABSENT
+            if here is _ABSENT or not same_json(here, res.value):
+                rest = member[len(path) + 1 :]
+                return f"{rest} is also given, as {res.value!r}, and this value does not hold it"
+        return None
 
     def member_grounded(self, node: ObjectNode) -> bool:
         for prop in node.properties.values():
@@ -1047,6 +1072,7 @@ class _Run:
                 extra.update(k[4:] for k in mapping if k[:4] == "arg:" and k[4:] not in declared)
             self.extra_paths = sorted(extra)
         prefix = f"{node.path}." if node.path else ""
+        skeletons: dict[str, list[str]] | None = None  # built at the first undeclared name in this object
         for path in self.extra_paths:
             if not path.startswith(prefix) or path in self.arg_slots:
                 continue
@@ -1061,9 +1087,12 @@ class _Run:
             # "amount.x" beside a scalar amount, or "a.b" for an undeclared "a": a name with a dot cannot be
             # told from a nested argument, and no payload holds both readings.
             clash = "." in rest or rest == ""
+            if skeletons is None:
+                skeletons = _skeletons(node, self.extra_paths, prefix)
+            look_alike = None if clash else _look_alike(rest, skeletons)
             cfg = self.contract.slot_config(path)
             label = path.replace("_", " ").replace(".", " ")
-            if clash:
+            if clash or look_alike:
                 slot = SlotState(
                     key,
                     "value",
@@ -1071,7 +1100,8 @@ class _Run:
                     label,
                     "unknown",
                     route="hold",
-                    detail="no place in the arguments: a dotted name, or inside a value that is no object",
+                    detail=look_alike
+                    or "no place in the arguments: a dotted name, or inside a value that is no object",
                 )
                 # Not an argument slot: it has no place in the payload, and nothing that reads the argument
                 # it seems to sit in waits for it.
@@ -1789,6 +1819,64 @@ _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:tool": {"type": "integer"},
     "fixed:intended_change": {"type": "string"},
 }
+
+
+# Names a JavaScript tool reads as its objects' machinery rather than as data (Object.assign, merges).
+_RUNTIME_NAMES: Final = frozenset({"__proto__", "constructor", "prototype"})
+
+
+def _name_skeleton(name: str) -> str:
+    """What a reader takes a name for: compatibility forms folded, case and separators ignored, invisible
+    characters dropped. Two names with one skeleton look like one argument on a review screen."""
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return "".join(c for c in folded if c not in "_- " and unicodedata.category(c)[0] not in "CZ")
+
+
+def _scripts(name: str) -> set[str]:
+    # A letter's script is the first word of its Unicode name (LATIN, CYRILLIC, GREEK...).
+    return {unicodedata.name(c, "?").split(" ", 1)[0] for c in name if c.isalpha()}
+
+
+def _skeletons(node: ObjectNode, extra: Sequence[str], prefix: str) -> dict[str, list[str]]:
+    """The names of an object's arguments, declared and undeclared, by skeleton."""
+    out: dict[str, list[str]] = {}
+    names = {*node.properties, *(p[len(prefix) :] for p in extra if p.startswith(prefix))}
+    for name in sorted(names):
+        if "." not in name:
+            out.setdefault(_name_skeleton(name), []).append(name)
+    return out
+
+
+def _look_alike(name: str, skeletons: Mapping[str, Sequence[str]]) -> str | None:
+    """Why an undeclared argument's name (the agent's choice, never the user's words) cannot be told from
+    another argument's or from no name, or None. Such a value holds: it has no place a reviewer could see."""
+    if name in _RUNTIME_NAMES:
+        return f"'{name}' is read as an object's machinery by some tools, not as an argument"
+    if any(unicodedata.category(c)[0] in "CZ" and c != " " for c in name) or name != name.strip():
+        return "the argument's name has invisible, control or edge space characters"
+    if len(_scripts(name)) > 1:
+        return "the argument's name mixes letters of several scripts"
+    other = next((n for n in skeletons.get(_name_skeleton(name), ()) if n != name), None)
+    if other is not None:
+        return f"the argument's name looks like '{other}', another argument's"
+    return None
+
+
+_ABSENT: Final = object()
+
+
+def _member_schema(root: ObjectNode | None, path: str) -> Mapping[str, Any]:
+    """The declared schema of the argument at `path` ({} where the tool declares none)."""
+    node = root
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        prop = node.properties.get(part) if node is not None else None
+        if prop is None:
+            return {}
+        if i == len(parts) - 1:
+            return prop.schema
+        node = prop.child
+    return {}
 
 
 def _timing_at(value: Any) -> datetime | object | None:

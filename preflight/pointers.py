@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any, Final, Literal
+
+from stdnum import iban
 
 from preflight.errors import RequestError
 from preflight.frozen import fast_init
@@ -74,6 +77,8 @@ REASONS: Final = (
     "not_a_whole_token",  # the span cuts a token: 500 in "1500", BOB in "BOB7", 5 in "-5"
     "ambiguous_number",  # "1.500" where the conversation does not say which mark is the decimal one
     "bidi_control",  # the turn reorders its text on screen: what was shown may not be what is stored
+    "spans_overlap",  # two list elements from one word: "Bob" once is not two tickets for Bob
+    "elements_out_of_order",  # a list in another order than the user wrote it
 )
 
 DecimalMark = Literal[".", ","]
@@ -118,6 +123,73 @@ _NUMBER_SUFFIXES: Final = "%\u2030\u2031+"
 _DIGIT_GROUP_SPACES: Final = frozenset(" \u00a0\u2007\u2009\u202f")
 # Explicit embeddings, overrides and isolates reorder what the user saw on screen.
 _BIDI_CONTROLS: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+# str.splitlines' separators: a span across one of them covers two lines, so two values.
+_LINE_BREAKS: Final = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+# Words that scale or re-count the number before them ("5 million" is not 5, "5 percent" is not 5) and
+# words that flip the one after them ("minus 5" is not 5). Compared in lower case.
+_SCALE_WORDS: Final = frozenset(
+    [
+        "hundred",
+        "hundreds",
+        "thousand",
+        "thousands",
+        "million",
+        "millions",
+        "billion",
+        "billions",
+        "trillion",
+        "trillions",
+        "grand",
+        "dozen",
+        "dozens",
+        "k",
+        "m",
+        "mm",
+        "mn",
+        "b",
+        "bn",
+        "mil",
+        "mio",
+        "mrd",
+        "lakh",
+        "lakhs",
+        "crore",
+        "crores",
+        "tausend",
+        "millionen",
+        "milliarde",
+        "milliarden",
+        "mille",
+        "milliard",
+        "milliards",
+        "millón",
+        "millones",
+        "miljoen",
+        "miljard",
+        "percent",
+        "per",
+        "pct",
+        "bps",
+        "basis",
+        "half",
+        "halves",
+        "quarter",
+        "quarters",
+        "tenth",
+        "tenths",
+        "hundredth",
+        "hundredths",
+        "thousandth",
+        "thousandths",
+        "squared",
+        "cubed",
+    ]
+)
+_NEGATING_WORDS: Final = frozenset({"minus", "negative", "neg", "moins", "menos"})
+_WORD_AFTER: Final = re.compile(r"[ \t\u00a0\u2007\u2009\u202f]+([^\W\d_]+)")
+_WORD_BEFORE: Final = re.compile(r"([^\W\d_]+)[ \t\u00a0\u2007\u2009\u202f]+$")
 
 _PLAIN_DECIMAL: Final = re.compile(r"-?[0-9]+\.[0-9]+", re.ASCII)
 
@@ -165,6 +237,12 @@ def check_pointer(
     failed = next((c for c in checks if not c.ok), None)
     if failed is not None:
         return SpanCheck(ok=False, reason=failed.reason, text=text)
+    ordered = sorted(spans, key=lambda s: (s.turn, s.start))
+    if any(a.turn == b.turn and b.start < a.end for a, b in pairwise(ordered)):
+        return SpanCheck(ok=False, reason="spans_overlap", text=text)
+    if ordered != list(spans):
+        # A list's order is part of its value (a route, a ranking): the user's order or none.
+        return SpanCheck(ok=False, reason="elements_out_of_order", text=text)
     return SpanCheck(ok=True, reason=None, text=text)
 
 
@@ -327,6 +405,10 @@ def _on_token_boundary(content: str, start: int, end: int, text: str) -> bool:
         last.isdigit() and _digit_grouped(content, end, 1)
     ):
         return False
+    if _reworded_number(content, start, end, text):
+        return False
+    if _joins_emoji(content, start) or _joins_emoji(content, end):
+        return False
     if (start == 0 or content[start - 1] in _PLAIN_EDGES) and (
         end == len(content)
         or content[end] in _PLAIN_EDGES
@@ -361,12 +443,38 @@ def _on_token_boundary(content: str, start: int, end: int, text: str) -> bool:
     return True
 
 
+def _joins_emoji(content: str, i: int) -> bool:
+    """Whether the boundary before content[i] sits inside one emoji: a skin-tone modifier or a zero-width
+    joiner on it ("👍🏽" and a ZWJ family are one picture each: "👍" or "👨" is not what was written)."""
+    if not 0 < i < len(content):
+        return False
+    after, before = content[i], content[i - 1]
+    return after == "\u200d" or before == "\u200d" or "\U0001f3fb" <= after <= "\U0001f3ff"
+
+
 def _digit_grouped(content: str, i: int, step: int) -> bool:
     """Whether a span's edge digit continues, across one group space at `i`, into another digit."""
     if not (0 <= i < len(content)) or content[i] not in _DIGIT_GROUP_SPACES:
         return False
     beyond = i + step
-    return 0 <= beyond < len(content) and content[beyond].isdigit()
+    # isnumeric, not isdigit: "5 ½" is five and a half, so "5" alone is not what the user wrote.
+    return 0 <= beyond < len(content) and content[beyond].isnumeric()
+
+
+def _reworded_number(content: str, start: int, end: int, text: str) -> bool:
+    """Whether words beside a number change it: "5 million", "5 percent", "minus 5"."""
+    core = _strip_wrapping(text)
+    if not any(c in _ASCII_DIGITS for c in core):
+        return False
+    if core[-1:] not in _CLOSERS:
+        after = _WORD_AFTER.match(content, end)
+        if after is not None and after.group(1).lower() in _SCALE_WORDS:
+            return True
+    if core[:1] not in _OPENERS:
+        before = _WORD_BEFORE.search(content, max(0, start - 24), start)
+        if before is not None and before.group(1).lower() in _NEGATING_WORDS:
+            return True
+    return False
 
 
 def _possessive(content: str, i: int) -> bool:
@@ -391,8 +499,20 @@ def _strip_wrapping(s: str) -> str:
 
 def _clean(s: str) -> str:
     """The words as written, tidied: canonical composition (NFC: "é" typed as e + accent is "é", never a
-    compatibility fold), no wrapping punctuation, single spaces."""
-    return " ".join(_strip_wrapping(unicodedata.normalize("NFC", s)).split())
+    compatibility fold), no wrapping punctuation, single spaces. A line break is not a space: "Bob" at the end
+    of one line and "Smith" at the start of the next are two values, never "Bob Smith"."""
+    composed = unicodedata.normalize("NFC", s)
+    if composed != s and _ascii_word_chars(composed) > _ascii_word_chars(s):
+        # A few characters compose *into* ASCII (the Kelvin sign is K): that is a look-alike, not a spelling.
+        return ""
+    tidy = _strip_wrapping(composed)
+    if any(c in _LINE_BREAKS for c in tidy):
+        return tidy
+    return " ".join(tidy.split())
+
+
+def _ascii_word_chars(s: str) -> int:
+    return sum(1 for c in s if c < "\x80" and c.isalnum())
 
 
 def _match(text: str, value: object, schema: Mapping[str, Any] | None, mark: DecimalMark | None) -> object:
@@ -444,17 +564,26 @@ def _grouped_id_matches(got: str, value: str) -> bool:
     """An IBAN, card or phone number written in groups: the same letters and digits, case-sensitive."""
     if not any(c in _ASCII_DIGITS for c in value):
         return False
-    forms = [s for s in (got, value) if _GROUPED_ID.fullmatch(s) or _PLAIN_ID.fullmatch(s)]
-    if len(forms) != 2 or not any(_GROUPED_ID.fullmatch(s) for s in forms):
+    # Separators the user wrote may be dropped, never added: "20260105" is not "2026-01-05", and "123-456"
+    # may be another identifier than "123456" to the tool.
+    if not _PLAIN_ID.fullmatch(value) or not _GROUPED_ID.fullmatch(got):
         return False
     compact_got, compact_value = _ID_SEPARATORS.sub("", got), _ID_SEPARATORS.sub("", value)
     # Short ones are not identifiers but ranges and scores: "12-15" is not "1215".
-    return len(compact_value) >= 6 and compact_got == compact_value
+    if len(compact_value) < 6 or compact_got != compact_value:
+        return False
+    # Digits (a card, a phone, an account number) group freely; with letters, only an IBAN's checksum tells
+    # one identifier from several words: "Alice 120" is not the user name "Alice120".
+    return compact_value.lstrip("+").isdigit() or iban.is_valid(compact_value)
 
 
 def _parse_date(s: str) -> date | None:
+    # Only the extended forms ("2025-03-04", "2025-W10-2"): fromisoformat also reads the basic "20250304",
+    # which is an order or reference number as often as a day.
+    if not s.isascii() or "-" not in s:
+        return None
     try:
-        return date.fromisoformat(s) if s.isascii() else None
+        return date.fromisoformat(s)
     except ValueError:
         return None
 
@@ -469,7 +598,8 @@ def _number_matches(text: str, value: int | float, mark: DecimalMark | None) -> 
         return False
     # repr gives the shortest string that round-trips, so 12.49 compares as 12.49, not its binary expansion.
     want = Decimal(value) if isinstance(value, int) else Decimal(repr(value))
-    return got == want
+    # The sign too: "0" is not -0.0 and "-0" is not 0, though they compare equal as numbers.
+    return got == want and got.is_signed() == want.is_signed()
 
 
 def _strip_currency(s: str) -> str:
@@ -542,4 +672,5 @@ def _parse_number(text: str, mark: DecimalMark | None) -> Decimal | object | Non
         number = Decimal(digits)
     except InvalidOperation:
         return None
-    return -number if negative else number
+    # copy_negate keeps the sign of zero (unary minus rounds -0 to 0): "-0" is not 0.
+    return number.copy_negate() if negative else number

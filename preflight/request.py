@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from .approvals import Approval
+from .canonical import canonical_json
 from .errors import RequestError
 from .pointers import Span, Turn
 
@@ -144,6 +145,8 @@ def parse_request(data: Mapping[str, Any]) -> ExecutionRequest:
         trusted = t.get("trusted", False)
         if not isinstance(trusted, bool):
             raise RequestError(f"conversation[{i}].trusted", "must be true or false")
+        if not _valid_unicode(t["content"]):
+            raise RequestError(f"conversation[{i}].content", "not valid Unicode (a lone surrogate)")
         turns.append(Turn(t["role"], t["content"], trusted))
     cands_raw = data.get("candidates", {})
     if not isinstance(cands_raw, Mapping):
@@ -156,6 +159,12 @@ def parse_request(data: Mapping[str, Any]) -> ExecutionRequest:
             raise RequestError(f"candidates.{key}", f"names the same argument as another candidate ({name})")
         if not isinstance(c, Mapping) or "value" not in c:
             raise RequestError(f"candidates.{key}", "a candidate is an object with a value (and a pointer)")
+        try:
+            # A value no digest can represent (an integer past 2**53, a lone surrogate, inf) could be neither
+            # recorded nor sent as stated: refused here, not a crash when the record is sealed.
+            canonical_json(c["value"])
+        except TypeError as exc:
+            raise RequestError(f"candidates.{key}.value", str(exc)) from None
         candidates[name] = Candidate(c["value"], _pointer(c.get("pointer"), f"candidates.{key}.pointer"))
     action = data.get("action_name")
     timing = _timing(data.get("timing"))
@@ -179,6 +188,16 @@ def parse_request(data: Mapping[str, Any]) -> ExecutionRequest:
         intended_effect=effect,
         environment=env,
     )
+
+
+def _valid_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _timing(raw: Any) -> Timing | None:

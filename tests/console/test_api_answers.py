@@ -208,3 +208,38 @@ def test_a_preset_made_during_an_execution_never_settles_a_slot_of_that_executio
     assert slot(again.record, "arg:from_account")["status"] == "unknown"
     later = agent.post("/api/v1/executions", transfer_request(from_account=None)).json()
     assert slot(later, "arg:from_account")["source"] == "preset"
+
+
+def test_an_answer_for_a_slot_that_takes_no_answers_is_refused_and_settles_nothing(
+    agent: Agent, bank: Downstream
+) -> None:
+    strict = copy.deepcopy(TRANSFER)
+    strict["x-preflight"]["slots"]["from_account"] = {"sources": ["instruction"]}
+    services.catalog_import(server="bank", tools=[strict], annotations_trusted=False, actor="test")
+    record = agent.post("/api/v1/executions", transfer_request(from_account=None)).json()
+    assert record["verdict"] != "execute"
+
+    response = answer(agent, record, {"arg:from_account": ALICE_SAVINGS})
+
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "invalid_answer" and body["slot"] == "arg:from_account"
+    assert "not settled by an answer" in body["reason"]
+    unchanged(record)
+    assert bank.calls == []
+
+
+def test_an_answer_for_a_look_alike_of_a_declared_argument_holds_and_reaches_no_tool(
+    agent: Agent, bank: Downstream
+) -> None:
+    open_tool = copy.deepcopy(TRANSFER)
+    del open_tool["inputSchema"]["additionalProperties"]
+    services.catalog_import(server="bank", tools=[open_tool], annotations_trusted=False, actor="test")
+    record = agent.post("/api/v1/executions", transfer_request()).json()
+
+    after = answer(agent, record, {"arg:\u0430mount": 9000}).json()  # a Cyrillic a
+
+    assert after["verdict"] == "hold" and after.get("grant") is None
+    assert slot(after, "arg:\u0430mount")["route"] == "hold"
+    assert "\u0430mount" not in (after["payload"] or {})
+    assert bank.calls == []

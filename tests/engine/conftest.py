@@ -6,7 +6,7 @@ from preflight import ExecutionRequest
 
 @pytest.fixture
 def alice() -> Said:
-    return Said("Send 120 from DE11 to Bob's account DE02 1203 0000 now")
+    return Said("Send 120 from DE11 to Bob's account DE02 1203 0000 0000 2020 51 now")
 
 
 @pytest.fixture
@@ -16,6 +16,6 @@ def grounded(alice: Said) -> ExecutionRequest:
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
         },
     )

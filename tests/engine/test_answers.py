@@ -19,6 +19,7 @@ TOOL: dict[str, Any] = {
             "isbn": {"$ref": "#/$defs/isbn"},
             "qty": {"type": "integer", "exclusiveMinimum": 0},
             "note": {"type": "string"},
+            "vat_id": {"type": "string"},
             "ship": {"type": "object", "properties": {"city": {"type": "string", "minLength": 2}}},
         },
         "required": ["isbn", "qty"],
@@ -28,6 +29,8 @@ TOOL: dict[str, Any] = {
         "slots": {
             "isbn": {"sources": ["user_answer", "instruction"]},
             "note": {"sources": ["preset", "user_answer"]},
+            "ship.city": {"sources": ["user_answer", "instruction"]},
+            "vat_id": {"sources": ["preset", "instruction"]},
         },
     },
 }
@@ -98,3 +101,10 @@ def test_only_a_slot_that_takes_answers_and_presets_may_remember_one(plan: Plan)
     assert rememberable(plan, "fixed:timing")
     assert not rememberable(plan, "fixed:tool")
     assert not rememberable(None, "arg:qty")
+
+
+def test_an_answer_for_a_slot_whose_sources_lack_user_answer_is_refused_not_swallowed(plan: Plan) -> None:
+    problem = answer_problem(plan, "arg:vat_id", "DE123456789", {})
+    assert problem is not None and "not settled by an answer" in problem
+    # Also when a question for it would otherwise take the value.
+    assert answer_problem(plan, "arg:vat_id", "DE123456789", {"arg:vat_id": {"type": "string"}}) is not None

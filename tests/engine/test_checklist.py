@@ -146,7 +146,7 @@ def test_a_user_answer_from_an_untrusted_source_is_not_a_rule_bypass(alice: Said
         {
             "amount": (50, None),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
         },
     )
     record = run_with(rules(LIMIT), req)

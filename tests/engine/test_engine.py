@@ -24,7 +24,7 @@ def observed(
     return {obs.key: obs}
 
 
-def confirmed_to(value: str = "DE0212030000", *, yes: bool = True) -> dict[str, Answer]:
+def confirmed_to(value: str = "DE02120300000000202051", *, yes: bool = True) -> dict[str, Answer]:
     """The requesting user's answer to the confirmation of the recipient (`confirm: true`)."""
     return {"confirm:arg:to_account": Answer(confirmation_answer(value, yes=yes), "user:alice", "c1")}
 
@@ -33,7 +33,10 @@ def confirmed_to(value: str = "DE0212030000", *, yes: bool = True) -> dict[str, 
 
 
 def test_a_missing_account_is_asked_and_the_balance_is_not(alice: Said) -> None:
-    req = request(alice, {"amount": (120, "120"), "to_account": ("DE0212030000", "DE02 1203 0000")})
+    req = request(
+        alice,
+        {"amount": (120, "120"), "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51")},
+    )
     record = run(tool(), req)
     assert record.verdict == "ask"
     assert [q.slot for q in record.questions] == ["arg:from_account", "confirm:arg:to_account"]
@@ -82,7 +85,7 @@ def test_a_balance_for_another_account_does_not_count(alice: Said) -> None:
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
         },
     )
     record = run(tool(), req, Evidence(now=NOW, observations=observed(req, 500, account="DE99")))
@@ -94,7 +97,7 @@ def test_a_settled_and_approved_transfer_executes(grounded: ExecutionRequest) ->
         tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 500), answers=confirmed_to())
     )
     assert record.verdict == "execute", record.reasons
-    assert record.payload == {"from_account": "DE11", "to_account": "DE0212030000", "amount": 120}
+    assert record.payload == {"from_account": "DE11", "to_account": "DE02120300000000202051", "amount": 120}
     assert record.payload_valid is True and record.unknown_count == 0
     assert record.payload_digest == digest(record.payload)
     assert record.notices == ("Transfers cannot be recalled.",)
@@ -139,7 +142,7 @@ def test_a_value_only_in_an_untrusted_turn_is_ignored(alice: Said) -> None:
         alice,
         {
             "amount": (120, "120"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
             "from_account": ("DE66", None),
         },
         extra_turns=(mail.turn,),
@@ -161,7 +164,7 @@ def test_a_pointer_that_does_not_hold_its_value_is_ignored(alice: Said) -> None:
         {
             "amount": (1200, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
         },
     )
     record = run(tool(), req)
@@ -173,11 +176,15 @@ def test_a_pointer_that_does_not_hold_its_value_is_ignored(alice: Said) -> None:
 def test_a_candidate_without_a_pointer_is_shown_but_never_counted(alice: Said) -> None:
     req = request(
         alice,
-        {"amount": (120, "120"), "from_account": ("DE11", "DE11"), "to_account": ("DE0212030000", None)},
+        {
+            "amount": (120, "120"),
+            "from_account": ("DE11", "DE11"),
+            "to_account": ("DE02120300000000202051", None),
+        },
     )
     slot = run(tool(), req).slot("arg:to_account")
-    assert slot.status == "unknown" and slot.candidate == "DE0212030000"
-    assert slot.to_json()["candidate"] == {"value": "DE0212030000", "verified": False}
+    assert slot.status == "unknown" and slot.candidate == "DE02120300000000202051"
+    assert slot.to_json()["candidate"] == {"value": "DE02120300000000202051", "verified": False}
 
 
 def test_a_user_answer_comes_before_the_instruction(grounded: ExecutionRequest) -> None:
@@ -188,7 +195,10 @@ def test_a_user_answer_comes_before_the_instruction(grounded: ExecutionRequest) 
 
 
 def test_a_preset_settles_a_slot_the_user_left_out(alice: Said) -> None:
-    req = request(alice, {"amount": (120, "120"), "to_account": ("DE0212030000", "DE02 1203 0000")})
+    req = request(
+        alice,
+        {"amount": (120, "120"), "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51")},
+    )
     evidence = Evidence(
         now=NOW, presets={"arg:from_account": Preset("DE11", "p1", "user:alice on 2026-11-01")}
     )
@@ -204,7 +214,10 @@ def test_prior_state_is_opt_in_and_keeps_the_value_origin(alice: Said) -> None:
         "instruction",
         "prior_state",
     ]
-    req = request(alice, {"amount": (120, "120"), "to_account": ("DE0212030000", "DE02 1203 0000")})
+    req = request(
+        alice,
+        {"amount": (120, "120"), "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51")},
+    )
     prior = {"arg:from_account": PriorValue("DE11", "rec-7", "user_answer")}
     slot = run(definition, req, Evidence(now=NOW, prior=prior)).slot("arg:from_account")
     assert slot.source == "prior_state" and slot.pointer == {
@@ -223,7 +236,10 @@ def test_a_system_only_slot_never_reaches_the_user(alice: Said) -> None:
         "measure": "default_account",
     }
     definition["x-preflight"]["measures"]["default_account"] = {"lookup": "bank.default_account"}
-    req = request(alice, {"amount": (120, "120"), "to_account": ("DE0212030000", "DE02 1203 0000")})
+    req = request(
+        alice,
+        {"amount": (120, "120"), "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51")},
+    )
     record = run(definition, req)
     slot = record.slot("arg:from_account")
     assert slot.route == "measure" and record.verdict == "measure"
@@ -240,13 +256,13 @@ def test_a_system_only_slot_never_reaches_the_user(alice: Said) -> None:
 
 
 def test_an_optional_argument_settled_through_the_chain_reaches_the_payload(alice: Said) -> None:
-    said = Said("Send 120 from DE11 to DE02 1203 0000 now, memo rent")
+    said = Said("Send 120 from DE11 to DE02 1203 0000 0000 2020 51 now, memo rent")
     req = request(
         said,
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
             "memo": ("rent", "rent"),
         },
     )
@@ -337,13 +353,13 @@ def test_an_edited_value_voids_its_confirmation(grounded: ExecutionRequest) -> N
 
 
 def test_a_large_transfer_needs_an_approval_of_the_exact_payload(alice: Said) -> None:
-    said = Said("Send 5,000.00 from DE11 to DE02 1203 0000 now")
+    said = Said("Send 5,000.00 from DE11 to DE02 1203 0000 0000 2020 51 now")
     req = request(
         said,
         {
             "amount": (5000, "5,000.00"),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
         },
     )
     evidence = Evidence(now=NOW, observations=observed(req, 9000), answers=confirmed_to())
@@ -369,7 +385,7 @@ def test_an_unclear_timing_is_asked_never_defaulted(alice: Said) -> None:
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
         },
         timing={"mode": "immediate"},
     )
@@ -379,14 +395,14 @@ def test_an_unclear_timing_is_asked_never_defaulted(alice: Said) -> None:
 
 
 def test_a_future_timing_defers_and_takes_no_measurement(alice: Said) -> None:
-    said = Said("Send 120 from DE11 to DE02 1203 0000 on Friday")
+    said = Said("Send 120 from DE11 to DE02 1203 0000 0000 2020 51 on Friday")
     at = (NOW + timedelta(days=2)).isoformat()
     req = request(
         said,
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": ("DE0212030000", "DE02 1203 0000"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
         },
         timing={"mode": "at", "at": at, "pointer": said.at("on Friday")},
     )

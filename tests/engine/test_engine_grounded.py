@@ -156,6 +156,90 @@ def test_an_undeclared_path_inside_a_scalar_argument_holds() -> None:
     assert record.slot("arg:qty.extra").route == "hold"
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "QTY",  # another case
+        "q\u0442y",  # a Cyrillic te
+        "\uff51\uff54\uff59",  # fullwidth
+        "qty\u200b",  # a zero-width space
+        "qty ",  # an edge space
+        "q_ty",  # separators a reader skips
+        "\u0430dmin",  # one script's letter inside another's word
+        "__proto__",
+        "constructor",
+        "gift\twrap",
+    ],
+)
+def test_an_undeclared_name_that_looks_like_another_or_like_machinery_holds_and_reaches_no_tool(
+    name: str,
+) -> None:
+    said = Said("Order 3 of 9783161484100 now, and 30")
+    record = run(order(), said, {**GROUNDED, name: (30, "30")})
+    assert record.verdict == "hold"
+    slot = record.slot(f"arg:{name}")
+    assert (slot.status, slot.route) == ("unknown", "hold")
+    assert record.payload == {"isbn": "9783161484100", "qty": 3}
+
+
+def test_an_answer_for_an_undeclared_look_alike_of_a_declared_argument_holds() -> None:
+    answers = {"arg:q\u0442y": Answer(30, "user:alice", "a1")}
+    record = run(order(), SAID, GROUNDED, answers=answers)
+    assert record.verdict == "hold"
+    assert record.payload is not None and "q\u0442y" not in record.payload
+
+
+def test_two_undeclared_names_that_look_alike_both_hold() -> None:
+    said = Said("Order 3 of 9783161484100 now, wrap yes")
+    record = run(order(), said, {**GROUNDED, "gift_wrap": (True, "yes"), "giftWrap": (True, "yes")})
+    assert record.verdict == "hold"
+    assert {record.slot("arg:gift_wrap").route, record.slot("arg:giftWrap").route} == {"hold"}
+
+
+def test_undeclared_names_of_other_scripts_or_with_slashes_are_arguments_like_any_other() -> None:
+    said = Said("Order 3 of 9783161484100 now, wrap yes")
+    cands = {**GROUNDED, "\u043f\u043e\u0434\u0430\u0440\u043e\u043a": (True, "yes"), "a/b~0": (True, "yes")}
+    record = run(order(), said, cands)
+    assert record.verdict == "execute", record.reasons
+    assert record.payload is not None and record.payload["a/b~0"] is True
+
+
+SHIP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "qty": {"type": "integer"},
+        "ship": {"type": "object", "properties": {"to": {"type": "string"}}},
+    },
+    "required": ["qty"],
+}
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        {"candidates": {"ship.to": ("Bob", "Bob")}},
+        {"answers": {"arg:ship.to": Answer("Bob", "user:alice", "a2")}},
+    ],
+    ids=["verified-candidate", "answer"],
+)
+def test_a_whole_object_never_silently_drops_a_member_stated_otherwise(member: dict[str, Any]) -> None:
+    said = Said("Order 3 now to Bob")
+    answers = {"arg:ship": Answer({"to": "Ann"}, "user:alice", "a1"), **member.get("answers", {})}
+    record = run(order(SHIP_SCHEMA), said, {"qty": (3, "3"), **member.get("candidates", {})}, answers=answers)
+    assert record.verdict == "ask"
+    slot = record.slot("arg:ship")
+    assert slot.status == "unknown" and slot.refused is not None and "'Bob'" in slot.refused
+    assert record.payload == {"qty": 3}
+
+
+def test_a_whole_object_that_holds_the_member_stated_for_it_settles() -> None:
+    said = Said("Order 3 now to Bob")
+    answers = {"arg:ship": Answer({"to": "Bob"}, "user:alice", "a1")}
+    record = run(order(SHIP_SCHEMA), said, {"qty": (3, "3"), "ship.to": ("Bob", "Bob")}, answers=answers)
+    assert record.verdict == "execute", record.reasons
+    assert record.payload == {"qty": 3, "ship": {"to": "Bob"}}
+
+
 # --- values the tool's schema refuses ---------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from preflight.pointers import (
     values_match,
 )
 
-INSTRUCTION = "Send 120 to Bob's account DE02 1203 0000 0000 1234 56 tomorrow, ref: invoice-7."
+INSTRUCTION = "Send 120 to Bob's account DE02 1203 0000 0000 2020 51 tomorrow, ref: invoice-7."
 
 
 def user(content: str) -> Turn:
@@ -48,6 +48,8 @@ def test_the_reasons_are_the_agreed_fixed_set() -> None:
         "not_a_whole_token",
         "ambiguous_number",
         "bidi_control",
+        "spans_overlap",
+        "elements_out_of_order",
     )
 
 
@@ -82,9 +84,14 @@ def test_a_truthy_but_non_boolean_trust_mark_does_not_count_as_trusted() -> None
 
 
 def test_a_tool_turn_is_never_a_source_even_if_marked_trusted() -> None:
-    conversation = [user("pay the usual"), Turn(role="tool", content="IBAN DE0212030000", trusted=True)]
-    check = check_pointer(conversation, span_of(conversation, 1, "DE0212030000"), "DE0212030000")
-    assert check == SpanCheck(ok=False, reason="not_an_instruction_turn", text="DE0212030000")
+    conversation = [
+        user("pay the usual"),
+        Turn(role="tool", content="IBAN DE02120300000000202051", trusted=True),
+    ]
+    check = check_pointer(
+        conversation, span_of(conversation, 1, "DE02120300000000202051"), "DE02120300000000202051"
+    )
+    assert check == SpanCheck(ok=False, reason="not_an_instruction_turn", text="DE02120300000000202051")
 
 
 def test_the_assistants_own_words_are_never_a_source() -> None:
@@ -165,8 +172,8 @@ def test_a_pointer_covering_more_than_the_value_does_not_hold_it() -> None:
 
 def test_an_iban_pointer_into_the_instruction_verifies() -> None:
     conversation = [user(INSTRUCTION)]
-    pointer = span_of(conversation, 0, "DE02 1203 0000 0000 1234 56")
-    assert check_pointer(conversation, pointer, "DE02120300000000123456").ok
+    pointer = span_of(conversation, 0, "DE02 1203 0000 0000 2020 51")
+    assert check_pointer(conversation, pointer, "DE02120300000000202051").ok
 
 
 @pytest.mark.parametrize("value", [None, {"iban": "DE02"}, b"120", object()])
@@ -266,9 +273,12 @@ def test_list_elements_use_the_items_schema() -> None:
 # --- strings --------------------------------------------------------------------------------------------
 
 
-def test_an_iban_matches_with_or_without_spaces() -> None:
-    assert values_match("DE02 1203 0000", "DE0212030000")
-    assert values_match("DE0212030000", "DE02 1203 0000")
+def test_an_iban_the_user_grouped_matches_its_compact_value_but_separators_are_never_added() -> None:
+    assert values_match("DE02 1203 0000 0000 2020 51", "DE02120300000000202051")
+    # The value would carry separators the user never wrote: to the tool "123-456" may not be "123456".
+    assert not values_match("DE02120300000000202051", "DE02 1203 0000 0000 2020 51")
+    assert not values_match("123456", "123-456")
+    assert not values_match("12 3456", "123-456")
 
 
 def test_a_card_number_matches_with_or_without_hyphens() -> None:
@@ -290,7 +300,7 @@ def test_a_leading_minus_is_a_sign_not_a_separator() -> None:
 
 
 def test_different_digits_do_not_match_however_spaced() -> None:
-    assert not values_match("DE02 1203 0000", "DE0212030001")
+    assert not values_match("DE02 1203 0000 0000 2020 51", "DE0212030001")
 
 
 def test_strings_compare_ignoring_runs_of_whitespace_but_never_case() -> None:
@@ -341,10 +351,16 @@ def test_an_email_with_inner_whitespace_is_a_different_address() -> None:
     assert not values_match("bob 1@example.com", "bob1@example.com")  # not a grouped identifier either
 
 
-def test_a_date_matches_any_iso_spelling_of_the_same_day() -> None:
+def test_a_date_matches_an_extended_iso_spelling_of_the_same_day() -> None:
     schema = {"type": "string", "format": "date"}
-    assert values_match("20250304", "2025-03-04", schema)
     assert values_match("2025-W10-2", "2025-03-04", schema)
+
+
+def test_an_eight_digit_number_is_not_a_date() -> None:
+    # ISO's basic form is an order or reference number as often as a day; the hyphens say which it is.
+    schema = {"type": "string", "format": "date"}
+    assert not values_match("20250304", "2025-03-04", schema)
+    assert not values_match("20250304", "2025-03-04")
 
 
 def test_a_date_that_is_not_iso_does_not_match() -> None:
@@ -616,8 +632,8 @@ def point(content: str, words: str, value: object, schema: dict[str, object] | N
         ("Pay 1 500 EUR", "500", 500),  # "1 500" may be fifteen hundred
         ("Pay 1 500 EUR", "1", 1),
         ("Pay 1\u202f500 EUR", "500", 500),
-        ("to DE02 1203 0000 now", "DE02", "DE02"),  # the first group of an IBAN
-        ("to DE02 1203 0000 now", "0000", "0000"),
+        ("to DE02 1203 0000 0000 2020 51 now", "DE02", "DE02"),  # the first group of an IBAN
+        ("to DE02 1203 0000 0000 2020 51 now", "0000", "0000"),
         ("Pay \u20135 EUR", "5", 5),  # an en dash used as a minus
         ("Pay <5 EUR", "5", 5),
         ("Pay ~5 EUR", "5", 5),
@@ -687,7 +703,7 @@ def test_str_isdigit_characters_that_are_not_ascii_digits_are_not_read_as_a_numb
 def test_identifiers_compare_case_sensitively() -> None:
     assert not point("to acct bob7x", "bob7x", "BOB7X").ok
     assert not point("ISBN 978-0-306-40615-X", "978-0-306-40615-X", "978-0-306-40615-x").ok
-    assert not values_match("de02 1203 0000", "DE0212030000")
+    assert not values_match("de02 1203 0000 0000 2020 51", "DE02120300000000202051")
     assert point("to acct BOB7X", "BOB7X", "BOB7X").ok
 
 
@@ -815,3 +831,100 @@ def test_no_character_that_only_folds_to_ascii_ever_stands_for_it(word: str, dat
     if word.isdigit():
         assert not check_pointer(conversation, span, int(word)).ok
         assert not check_pointer(conversation, span, float(word)).ok
+
+
+# --- red team: look-alikes opened by normalisation -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "words", "value"),
+    [
+        ("Pay 5 million now", "5", 5),
+        ("Pay 5 Million.", "5", 5),
+        ("Pay €5 thousand", "€5", 5),
+        ("Pay 500 grand", "500", 500),
+        ("Pay 5 k now", "5", 5),
+        ("Pay 2 bn now", "2", 2),
+        ("Pay 3 Mio. EUR", "3", 3),
+        ("Raise it 5 percent", "5", 5),
+        ("Raise it 5 per cent", "5", 5),
+        ("Pay 5 \u00bd now", "5", 5),  # five and a half
+        ("Pay minus 5 now", "5", 5),
+        ("Pay negative $5 now", "$5", 5),
+    ],
+)
+def test_a_number_whose_neighbouring_word_scales_or_negates_it_never_verifies(
+    content: str, words: str, value: object
+) -> None:
+    assert point(content, words, value).reason == "not_a_whole_token"
+
+
+def test_words_beside_a_number_that_do_not_change_it_still_let_it_verify() -> None:
+    assert point("Pay 5 EUR now", "5", 5).ok
+    assert point("Order 5 items", "5", 5).ok
+    assert point("Pay 5, millions of thanks", "5", 5).ok  # the comma ends the number
+
+
+def test_zero_verifies_only_with_the_sign_the_user_wrote() -> None:
+    assert not point("Set it to 0 now", "0", -0.0).ok
+    assert not point("Set it to -0 now", "-0", 0).ok
+    assert not point("Set it to 0.0 now", "0.0", -0.0).ok
+    assert point("Set it to -0 now", "-0", -0.0).ok
+    assert point("Set it to 0 now", "0", 0.0).ok
+
+
+def test_a_line_break_inside_a_span_separates_two_values() -> None:
+    assert not point("to Bob\nSmith will sign", "Bob\nSmith", "Bob Smith").ok
+    assert not point("to Bob\r\n\r\nSmith will sign", "Bob\r\n\r\nSmith", "Bob Smith").ok
+    assert not point("to Bob\u2028Smith will sign", "Bob\u2028Smith", "Bob Smith").ok
+    assert point("to Bob\nSmith will sign", "Bob\nSmith", "Bob\nSmith").ok  # exactly what was written
+
+
+def test_a_character_that_composes_into_ascii_never_stands_for_it() -> None:
+    # NFC maps the Kelvin sign to K: canonical, yet a look-alike the user may never have typed as K.
+    assert not point("to \u212a now", "\u212a", "K").ok
+    assert not point("code \u212a7 now", "\u212a7", "K7").ok
+    assert point("to Jose\u0301 now", "Jose\u0301", "Jos\u00e9").ok  # composition that loses no letter
+
+
+def test_separators_the_user_never_wrote_are_never_added_to_an_identifier() -> None:
+    assert not point("ref 20250304 please", "20250304", "2025-03-04", {"type": "string", "format": "date"}).ok
+    assert not point("ref 123456 please", "123456", "123-456").ok
+    assert point(
+        "iban DE02 1203 0000 0000 2020 51 please", "DE02 1203 0000 0000 2020 51", "DE02120300000000202051"
+    ).ok
+
+
+def test_one_word_never_grounds_two_elements_of_a_list() -> None:
+    conversation = [user("Tickets for Bob and Ann now")]
+    bob = span_of(conversation, 0, "Bob")
+    ann = span_of(conversation, 0, "Ann")
+    assert check_pointer(conversation, [bob, bob], ["Bob", "Bob"]).reason == "spans_overlap"
+    assert check_pointer(conversation, [bob, ann], ["Bob", "Ann"]).ok
+
+
+def test_a_list_verifies_only_in_the_order_the_user_wrote_it() -> None:
+    conversation = [user("Stop at Lyon then Dijon")]
+    lyon = span_of(conversation, 0, "Lyon")
+    dijon = span_of(conversation, 0, "Dijon")
+    assert check_pointer(conversation, [dijon, lyon], ["Dijon", "Lyon"]).reason == "elements_out_of_order"
+
+
+def test_a_span_that_ends_inside_an_emoji_never_verifies() -> None:
+    assert (
+        point("to Bob\U0001f44d\U0001f3fd now", "Bob\U0001f44d", "Bob\U0001f44d").reason
+        == "not_a_whole_token"
+    )
+    family = "Bob\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    assert point(f"to {family} now", "Bob\U0001f468", "Bob\U0001f468").reason == "not_a_whole_token"
+    assert point(f"to {family} now", family, family).ok
+
+
+def test_words_and_numbers_grouped_by_spaces_are_not_one_identifier_unless_an_iban() -> None:
+    assert not point("Pay Alice 120 now", "Alice 120", "Alice120").ok
+    assert not point("to AB CD EF 12 now", "AB CD EF 12", "ABCDEF12").ok
+    # an IBAN with letters inside (its checksum says it is one) and a card number still group
+    assert point(
+        "to GB29 NWBK 6016 1331 9268 19 now", "GB29 NWBK 6016 1331 9268 19", "GB29NWBK60161331926819"
+    ).ok
+    assert point("card 4111 1111 1111 1111 now", "4111 1111 1111 1111", "4111111111111111").ok
