@@ -163,7 +163,7 @@ def test_a_tampered_request_state_is_refused_and_nothing_is_written(
             first = await client.session.call_tool(
                 "write_file", {"path": str(target)}, allow_input_required=True
             )
-            assert isinstance(first, types.InputRequiredResult)
+            assert isinstance(first, types.InputRequiredResult), first.content
             assert first.request_state is not None
             form = first.input_requests["preflight"].params  # type: ignore[index]
             assert isinstance(form, types.ElicitRequestFormParams)
@@ -684,13 +684,16 @@ def test_lookups_still_running_after_the_wait_answer_2026_with_only_the_state_an
 ) -> None:
     import http.server
     import threading
+    from datetime import UTC, datetime
 
     from console import connectors, tasks
+    from console.egress import parse_allowed_hosts
 
     class Lookup(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            raw = json.dumps({"value": 10_000}).encode()
+            now = datetime.now(UTC).isoformat()
+            raw = json.dumps({"value": 10_000, "observed_at": now}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
@@ -703,7 +706,7 @@ def test_lookups_still_running_after_the_wait_answer_2026_with_only_the_state_an
     lookups = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lookup)
     threading.Thread(target=lookups.serve_forever, daemon=True).start()
     host = f"127.0.0.1:{lookups.server_address[1]}"
-    settings.PREFLIGHT_HTTP_ALLOW = [host]
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts([host])
     services.measure_create(name="disk.free", kind="http", url=f"http://{host}/", actor="user:operator")
     # write_file also needs the free space on the disk, looked up by a worker: none runs for this gateway.
     extensions = {
@@ -735,19 +738,26 @@ def test_lookups_still_running_after_the_wait_answer_2026_with_only_the_state_an
         "dev.preflight/timing": {"mode": "immediate", "pointer": span("now")},
     }
     env = {**gateway_env, "PREFLIGHT_EAGER_TASKS": "0", "PREFLIGHT_HTTP_ALLOW": host}
+    seen: dict[str, Any] = {}
     arguments = {"path": str(target), "content": "hello"}
 
     async def calls() -> tuple[Any, Any, Any]:
         async with gateway(env, gateway_argv, mode="2026-07-28", user=User()) as c:
             first = await c.session.call_tool("write_file", arguments, meta=meta, allow_input_required=True)  # type: ignore[arg-type]
-            assert isinstance(first, types.InputRequiredResult)
+            assert isinstance(first, types.InputRequiredResult), first.content
             again = await c.session.call_tool(
                 "write_file", arguments, request_state=first.request_state, allow_input_required=True
             )
             assert isinstance(again, types.InputRequiredResult)
 
             def look_up() -> None:
-                tasks._run_lookups(str(models.Execution.objects.get().pk), ["free"])
+                # What a worker would do with the queued task: every pending lookup of the execution.
+                execution = models.Execution.objects.get()
+                keys = list(
+                    models.Observation.objects.filter(execution=execution).values_list("key", flat=True)
+                )
+                tasks._run_lookups(str(execution.pk), keys)
+                seen["rows"] = list(models.Observation.objects.filter(execution=execution).values())
                 connection.close()
 
             await anyio.to_thread.run_sync(look_up)
@@ -766,7 +776,9 @@ def test_lookups_still_running_after_the_wait_answer_2026_with_only_the_state_an
         assert waiting.request_state
     # Looked up: the same call goes on through the gate (the trusted destructiveHint's confirmation).
     assert isinstance(after, types.InputRequiredResult)
-    confirm = after.input_requests["preflight"].params  # type: ignore[index]
+    assert after.input_requests, seen
+    confirm = after.input_requests["preflight"].params
+    assert isinstance(confirm, types.ElicitRequestFormParams), models.Execution.objects.get().verdict
     assert list(confirm.requested_schema["properties"]) == [CONFIRM_FIELD]  # type: ignore[union-attr]
     assert not target.exists()
     assert models.Outcome.objects.count() == 0
