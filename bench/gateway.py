@@ -111,6 +111,13 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         import anyio
 
+        from console import services
+        from console.demo.agent import REQUESTER
+
+        # The gateway acts as an agent token (over stdio, from the environment).
+        secret = services.agent_token_create(name="bench-agent", principals=[REQUESTER])[1]
+        env["PREFLIGHT_AGENT_TOKEN"] = os.environ["PREFLIGHT_AGENT_TOKEN"] = secret
+
         bank_port = _free_port()
         os.environ["PREFLIGHT_HTTP_ALLOW"] = env["PREFLIGHT_HTTP_ALLOW"] = f"127.0.0.1:{bank_port}"
         from django.conf import settings

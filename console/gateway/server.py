@@ -15,6 +15,9 @@ What a client sends and gets:
 
   Every result carries ``_meta["dev.preflight/record"]``: the execution id, its verdict and console URL.
 
+Every request is an agent token's (console/gateway/auth.py): checked at every call before anything reaches an
+upstream, and the executions it submits are that token's, as through the REST API.
+
 Verdicts: `ask` is one form elicitation per frontier (2026-07-28: an `InputRequiredResult` whose
 `requestState` the SDK's `RequestStateBoundary` seals; 2025-11-25: `elicitation/create` during the call);
 `hold` is a URL elicitation of the review page; `block` and a client that cannot be asked are tool errors
@@ -24,6 +27,7 @@ that say why; `execute` sends exactly the granted payload upstream, once.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import logging
 import time
@@ -38,6 +42,7 @@ import anyio.to_thread
 import mcp_types as types
 from django.conf import settings
 from django.db import close_old_connections
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
@@ -45,7 +50,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from console import connectors, models, records, services
 from console.errors import ServiceError
-from console.gateway import elicitation
+from console.gateway import auth, elicitation
 from console.gateway import services as gateway_services
 from console.gateway.upstream import Upstream
 
@@ -65,6 +70,10 @@ MAX_ROUNDS = 10
 # How long one call waits for lookups (verdict `measure`) before telling a 2026-07-28 client to retry.
 MEASURE_WAIT_S = 5.0
 _ROUNDS: contextvars.ContextVar[int] = contextvars.ContextVar("gateway_rounds", default=0)
+# The agent token of the call being served, checked when the call began (and again before anything runs).
+_CALLER: contextvars.ContextVar[models.AgentToken | None] = contextvars.ContextVar(
+    "gateway_caller", default=None
+)
 # A pin check this recent stands for the send that follows it in the same call.
 RECHECK_AFTER_S = 1.0
 ACTOR = "mcp-gateway"
@@ -133,9 +142,12 @@ class Gateway:
         principal: str,
         public_url: str | None = None,
         actor: str = ACTOR,
+        token: str | None = None,
     ) -> None:
         self.upstreams = list(upstreams)
         self.principal = principal
+        # stdio: the one token this process was started with. None: over HTTP, each request's bearer token.
+        self.token = token
         self.public_url = (public_url or settings.PREFLIGHT_PUBLIC_URL).rstrip("/")
         self.actor = actor
         self.tools: dict[str, Exposed] = {}
@@ -178,17 +190,42 @@ class Gateway:
         security = RequestStateSecurity(
             keys=settings.PREFLIGHT_MCP_STATE_KEYS,
             ttl=float(settings.PREFLIGHT_MCP_STATE_TTL_S),
-            # One principal per gateway process; bound so a state minted for one user never serves another.
-            bind_principal=lambda ctx: self.principal,
+            # Bound to the principal and the exact token: a state minted for one never serves another.
+            bind_principal=lambda ctx: f"{self.principal}|{_fingerprint(self._raw_token())}",
         )
         server.middleware.append(RequestStateBoundary(security, default_audience="preflight-gateway"))
         return server
+
+    # ---- who calls ----------------------------------------------------------------------------
+
+    def _raw_token(self) -> str | None:
+        if self.token is not None:
+            return self.token
+        access = get_access_token()  # set by the SDK's bearer middleware for this HTTP request
+        return access.token if access is not None else None
+
+    async def _authorize(self) -> models.AgentToken:
+        """The caller's agent token, looked up afresh; `auth.TokenRefused` (an MCP error) if it may not
+        submit for this gateway's principal. Nothing reaches an upstream before this passes."""
+        token = await _db(auth.check, raw=self._raw_token(), principal=self.principal)
+        _CALLER.set(token)
+        return token
+
+    def _caller(self) -> models.AgentToken:
+        token = _CALLER.get()
+        if token is None:  # every handler authorizes first; fail closed if one did not
+            raise auth.TokenRefused("unauthenticated", "no agent token checked for this call")
+        return token
+
+    def _actor(self) -> str:
+        return f"{self.actor} (agent:{self._caller().name})"
 
     # ---- handlers ------------------------------------------------------------------------------
 
     async def list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        await self._authorize()
         return types.ListToolsResult(
             tools=[types.Tool.model_validate(t.definition) for t in self.tools.values()]
         )
@@ -196,6 +233,7 @@ class Gateway:
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        caller = await self._authorize()
         exposed = self.tools.get(params.name)
         if exposed is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
@@ -216,7 +254,11 @@ class Gateway:
                 )
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
-            if state.get("p") != self.principal or state.get("t") != params.name:
+            if (
+                state.get("p") != self.principal
+                or state.get("t") != params.name
+                or state.get("a") != caller.pk
+            ):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState")
             response = (params.input_responses or {}).get(INPUT_KEY)
             return await self._resume(ctx, exposed, execution_id, last, response, caps)
@@ -238,7 +280,8 @@ class Gateway:
                 contract=contract,
                 principal=self.principal,
                 arguments=arguments,
-                actor=self.actor,
+                token=self._caller(),
+                actor=self._actor(),
             )
             try:
                 result = await exposed.upstream.call(name, arguments, self._timeout(exposed))
@@ -247,7 +290,9 @@ class Gateway:
             return types.CallToolResult.model_validate(result)
         body = self._body(exposed, name, arguments, meta if isinstance(meta, Mapping) else {})
         try:
-            execution = await _db(services.execution_create, body=body, token=None, actor=self.actor)
+            execution = await _db(
+                services.execution_create, body=body, token=self._caller(), actor=self._actor()
+            )
         except ServiceError as exc:
             return _text(f"{exc.code}: {exc.detail}", error=True)
         return await self._advance(ctx, exposed, str(execution.pk), caps)
@@ -307,7 +352,8 @@ class Gateway:
             live_contract_digest=live_digest,
             principal=self.principal,
             arguments=arguments,
-            actor=self.actor,
+            token=self._caller(),
+            actor=self._actor(),
         )
         return _text(
             f"{name}: refused, nothing was sent: the tool's definition changed since an operator approved it;"
@@ -353,7 +399,7 @@ class Gateway:
                 action=answer.action,
                 asked=list(last.fields) or [last.kind],
                 principal=self.principal,
-                actor=self.actor,
+                actor=self._actor(),
             )
             word = "declined" if answer.action == "decline" else "cancelled"
             return _text(
@@ -376,7 +422,7 @@ class Gateway:
                         answers=answers,
                         answered_by=self.principal,
                         channel="agent",
-                        actor=f"{self.actor}:elicitation",
+                        actor=f"{self._actor()}:elicitation",
                     )
                 except ServiceError as exc:
                     problem = f"That answer could not be used ({exc.detail}). Please answer again."
@@ -403,7 +449,7 @@ class Gateway:
                     action="decline",
                     asked=[CONFIRM_FIELD],
                     principal=self.principal,
-                    actor=self.actor,
+                    actor=self._actor(),
                 )
                 return _text(
                     "The user did not confirm; nothing was executed.",
@@ -431,7 +477,9 @@ class Gateway:
         retries); on 2025-11-25 the question is asked here and the loop goes on."""
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         waited = 0.0
-        for _ in range(MAX_ROUNDS):
+        # Every verdict but `measure` returns; `measure` is bounded by MEASURE_WAIT_S (it used to be bounded
+        # by MAX_ROUNDS polls, 1 s, so the wait below was never reached).
+        while True:
             latest = await _db(_record, execution_id=execution_id)
             verdict = latest["verdict"]
             summary = self._summary(execution_id, verdict)
@@ -499,15 +547,8 @@ class Gateway:
                     record=summary,
                 )
             if verdict == "deferred":
-                return _text(
-                    f"Deferred to {latest.get('timing_at')}: preflighted again then; nothing ran now.",
-                    error=True,
-                    record=summary,
-                )
+                return self._deferred(execution_id, latest)
             return _text(f"Unexpected verdict {verdict!r}; nothing was executed.", error=True, record=summary)
-        return _text(
-            "Too many rounds; nothing was executed.", error=True, record=self._summary(execution_id, "ask")
-        )
 
     async def _by_url(
         self,
@@ -560,7 +601,14 @@ class Gateway:
 
     def _state(self, ctx: Any, exposed: Exposed, execution_id: str, step: Round) -> str:
         tool = next(name for name, e in self.tools.items() if e is exposed)
-        state = {"e": execution_id, "p": self.principal, "t": tool, "k": step.kind, "f": list(step.fields)}
+        state = {
+            "e": execution_id,
+            "p": self.principal,
+            "a": self._caller().pk,
+            "t": tool,
+            "k": step.kind,
+            "f": list(step.fields),
+        }
         if step.confirm:
             state["c"] = True
         if step.confirmed:
@@ -626,6 +674,8 @@ class Gateway:
         self, exposed: Exposed, execution_id: str, latest: Mapping[str, Any]
     ) -> types.CallToolResult:
         summary = self._summary(execution_id, "execute")
+        # The token may have been revoked while the user answered: checked again before anything runs.
+        await self._authorize()
         token = latest.get("grant")
         if token is None:
             try:
@@ -647,7 +697,7 @@ class Gateway:
                 services.execution_run,
                 execution_id=execution_id,
                 token=token,
-                actor=self.actor,
+                actor=self._actor(),
                 call_tool=forward,
             )
         except ServiceError as exc:
@@ -697,10 +747,23 @@ class Gateway:
             execution_id=execution_id,
             payload=latest.get("payload"),
             principal=self.principal,
-            actor=self.actor,
+            actor=self._actor(),
         )
         digest = latest.get("payload_digest")
         return str(digest) if digest else None
+
+    def _deferred(self, execution_id: str, latest: Mapping[str, Any]) -> types.CallToolResult:
+        """Not an error: the user asked for a later time. Nothing ran now; it is preflighted afresh then."""
+        at = latest.get("timing_at")
+        api = f"{self.public_url}/api/v1/executions/{execution_id}"
+        summary = {**self._summary(execution_id, "deferred"), "timing_at": at, "api_url": api}
+        text = (
+            f"Deferred, nothing ran now: the user asked for this at {at}. Preflight checks the call again"
+            " then (every lookup and condition afresh). Check it with GET"
+            f" {api} and this agent token (once its verdict is execute, POST its grant to {api}/run),"
+            f" or on the console at {summary['console_url']}."
+        )
+        return _text(text, error=False, record=summary)
 
     def _summary(self, execution_id: str, verdict: str) -> dict[str, Any]:
         return {
@@ -711,6 +774,10 @@ class Gateway:
 
 
 _MISSING = object()
+
+
+def _fingerprint(raw: str | None) -> str:
+    return hashlib.sha256((raw or "").encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _unchanged(url: str, summary: Mapping[str, Any]) -> types.CallToolResult:

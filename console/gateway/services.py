@@ -65,6 +65,7 @@ def gateway_pin_refusal(
     live_contract_digest: str | None,
     principal: str,
     arguments: Mapping[str, Any],
+    token: models.AgentToken | None,
     actor: str,
 ) -> models.Execution:
     """A call refused because the upstream's live definition is not the pinned one (a description or schema
@@ -134,7 +135,8 @@ def gateway_pin_refusal(
         "principal": principal,
         "arguments_digest": digest(dict(arguments)),
     }
-    execution = models.Execution(principal=principal, token=None, request=request, verdict="")
+    # The caller's token owns it, as any execution it submits: the REST API shows it to that token only.
+    execution = models.Execution(principal=principal, token=token, request=request, verdict="")
     services._store_record(
         execution, record, pinned, trigger="create", audit={"actor": actor, "pin_refused": True}
     )
@@ -143,7 +145,12 @@ def gateway_pin_refusal(
 
 @transaction.atomic
 def gateway_read_only_pass(
-    *, contract: models.ToolContract, principal: str, arguments: Mapping[str, Any], actor: str
+    *,
+    contract: models.ToolContract,
+    principal: str,
+    arguments: Mapping[str, Any],
+    token: models.AgentToken | None,
+    actor: str,
 ) -> None:
     """A read-only call on a server whose annotations the operator trusts, passed without the full gate. The
     pass itself is on the audit chain, with what was passed."""
@@ -157,6 +164,7 @@ def gateway_read_only_pass(
             "principal": principal,
             "arguments_digest": digest(dict(arguments)),
             "annotations_trusted": contract.annotations_trusted,
+            "token": token.pk if token is not None else None,
             "actor": actor,
         },
     )

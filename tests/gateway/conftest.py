@@ -108,8 +108,16 @@ def signing_key(settings: Any, tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def gateway_env(filesystem: Filesystem, tmp_path: Path, signing_key: Path) -> dict[str, str]:
-    """The environment of a gateway process on the test database."""
+def agent_token(transactional_db: None) -> tuple[Any, str]:
+    """The agent's token (row, secret), restricted to the principal the gateway acts for."""
+    return services.agent_token_create(name="alices-agent", principals=[PRINCIPAL])
+
+
+@pytest.fixture
+def gateway_env(
+    filesystem: Filesystem, tmp_path: Path, signing_key: Path, agent_token: tuple[Any, str]
+) -> dict[str, str]:
+    """The environment of a gateway process on the test database, with the agent's token (stdio)."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", str(tmp_path)),
@@ -120,6 +128,7 @@ def gateway_env(filesystem: Filesystem, tmp_path: Path, signing_key: Path) -> di
         "PREFLIGHT_MCP_STDIO_ALLOW": shlex.join(filesystem.command),
         "PREFLIGHT_PUBLIC_URL": "http://console.test",
         "PREFLIGHT_LOG_LEVEL": "WARNING",
+        "PREFLIGHT_AGENT_TOKEN": agent_token[1],
     }
     return env
 

@@ -15,6 +15,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from console import models, records, review_services, services
 from console.gateway.server import CONFIRM_FIELD, META_RECORD
@@ -161,7 +163,7 @@ def test_a_tampered_request_state_is_refused_and_nothing_is_written(
             first = await client.session.call_tool(
                 "write_file", {"path": str(target)}, allow_input_required=True
             )
-            assert isinstance(first, types.InputRequiredResult)
+            assert isinstance(first, types.InputRequiredResult), first.content
             assert first.request_state is not None
             form = first.input_requests["preflight"].params  # type: ignore[index]
             assert isinstance(form, types.ElicitRequestFormParams)
@@ -382,7 +384,12 @@ def test_the_upstream_session_is_kept_across_calls_and_reopened_after_it_died(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_gateway_serves_streamable_http_too(
-    fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], mode: str
+    fs_catalog: Any,
+    scratch: Path,
+    gateway_env: dict[str, str],
+    gateway_argv: list[str],
+    mode: str,
+    agent_token: tuple[Any, str],
 ) -> None:
     import socket
     import subprocess
@@ -413,7 +420,11 @@ def test_the_gateway_serves_streamable_http_too(
 
         async def call() -> types.CallToolResult:
             url = f"http://127.0.0.1:{port}/mcp"
-            async with Client(url, mode=mode, elicitation_callback=user, read_timeout_seconds=60) as client:
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {agent_token[1]}"})
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(
+                transport, mode=mode, elicitation_callback=user, read_timeout_seconds=60
+            ) as client:
                 return await client.call_tool("write_file", {"path": str(target)})
 
         result = run(call)
@@ -424,6 +435,7 @@ def test_the_gateway_serves_streamable_http_too(
     assert len(user.asked) == 1
     assert target.read_bytes() == CONTENT.encode()
     assert outcomes("executed") == 1
+    assert models.Execution.objects.get().token_id == agent_token[0].pk
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -582,3 +594,191 @@ def test_a_destructive_call_the_user_does_not_confirm_writes_nothing(
     assert not target.exists()
     assert models.Outcome.objects.count() == 0
     assert audit_kinds().count("elicitation_declined") == 1
+
+
+def _bookstore(settings: Any, gateway_env: dict[str, str]) -> dict[str, str]:
+    """The demo bookstore imported and allowed; the environment of a gateway in front of it."""
+    import shlex
+    import sys
+
+    from console import connectors
+
+    command = [sys.executable, "-m", "console.demo.bookstore"]
+    settings.PREFLIGHT_MCP_STDIO_ALLOW = [command]
+    connector = {"kind": "mcp_stdio", "command": command}
+    services.catalog_import(
+        server="bookstore",
+        tools=connectors.list_tools(connector, timeout_s=30),
+        annotations_trusted=True,
+        connector=connector,
+        actor="user:operator",
+    )
+    return {**gateway_env, "PREFLIGHT_MCP_STDIO_ALLOW": shlex.join(command)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_call_for_a_later_time_is_deferred_with_when_and_how_to_check_and_nothing_is_sent(
+    transactional_db: None,
+    gateway_env: dict[str, str],
+    gateway_argv: list[str],
+    settings: Any,
+    agent_token: tuple[Any, str],
+    mode: str,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from django.test import Client as Browser
+
+    env = _bookstore(settings, gateway_env)
+    text = "Please order the book with ISBN 9780131103627 tomorrow at nine."
+    at = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
+
+    def span(part: str) -> dict[str, int]:
+        return {"turn": 0, "start": text.index(part), "end": text.index(part) + len(part)}
+
+    meta = {
+        "dev.preflight/conversation": [{"role": "user", "content": text, "trusted": True}],
+        "dev.preflight/pointers": {"isbn": span("9780131103627")},
+        "dev.preflight/action_name": span("order"),
+        "dev.preflight/timing": {"mode": "at", "at": at.isoformat(), "pointer": span("tomorrow at nine")},
+    }
+    user = User()
+
+    async def call() -> types.CallToolResult:
+        async with gateway(env, [*gateway_argv, "--server", "bookstore"], mode=mode, user=user) as c:
+            return await c.call_tool("order_book", {"isbn": "9780131103627"}, meta=meta)  # type: ignore[arg-type]
+
+    result = run(call)
+    # Not an error: the user asked for later. It says when it is looked at again and where to check.
+    assert not result.is_error, result
+    assert user.asked == []
+    execution = models.Execution.objects.get()
+    assert execution.verdict == "deferred" and execution.timing_at == at
+    record = json.loads(json.dumps(result.meta))[META_RECORD]
+    api = f"http://console.test/api/v1/executions/{execution.pk}"
+    assert record == {
+        "id": str(execution.pk),
+        "verdict": "deferred",
+        "console_url": f"http://console.test/executions/{execution.pk}/",
+        "timing_at": at.isoformat(),
+        "api_url": api,
+    }
+    words = result.content[0].text  # type: ignore[union-attr]
+    assert at.isoformat() in words and f"GET {api}" in words and "nothing ran now" in words
+    assert models.Outcome.objects.count() == 0
+    assert audit_kinds().count("run") == 0
+    # The check it names works with the agent's own token.
+    seen = Browser().get(
+        api.removeprefix("http://console.test"), HTTP_AUTHORIZATION=f"Bearer {agent_token[1]}"
+    )
+    assert seen.status_code == 200 and seen.json()["verdict"] == "deferred"
+
+
+def test_lookups_still_running_after_the_wait_answer_2026_with_only_the_state_and_the_retry_resumes(
+    transactional_db: None,
+    filesystem: Any,
+    scratch: Path,
+    gateway_env: dict[str, str],
+    gateway_argv: list[str],
+    settings: Any,
+) -> None:
+    import http.server
+    import threading
+    from datetime import UTC, datetime
+
+    from console import connectors, tasks
+    from console.egress import parse_allowed_hosts
+
+    class Lookup(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            now = datetime.now(UTC).isoformat()
+            raw = json.dumps({"value": 10_000, "observed_at": now}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    lookups = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Lookup)
+    threading.Thread(target=lookups.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{lookups.server_address[1]}"
+    settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts([host])
+    services.measure_create(name="disk.free", kind="http", url=f"http://{host}/", actor="user:operator")
+    # write_file also needs the free space on the disk, looked up by a worker: none runs for this gateway.
+    extensions = {
+        **FS_EXTENSIONS,
+        "write_file": {
+            **FS_EXTENSIONS["write_file"],
+            "measures": {"free": {"lookup": "disk.free", "args": {"path": "arg:path"}, "max_age_s": 60}},
+            "conditions": [{"id": "room_on_disk", "check": "measure.free >= 0", "on_false": "hold"}],
+        },
+    }
+    services.catalog_import(
+        server="fs",
+        tools=connectors.list_tools(filesystem.connector, timeout_s=30),
+        annotations_trusted=True,
+        connector=filesystem.connector,
+        actor="user:operator",
+        extensions=extensions,
+    )
+    target = scratch / "diary.txt"
+    text = f"Write hello into {target} now."
+
+    def span(part: str) -> dict[str, int]:
+        return {"turn": 0, "start": text.index(part), "end": text.index(part) + len(part)}
+
+    meta = {
+        "dev.preflight/conversation": [{"role": "user", "content": text, "trusted": True}],
+        "dev.preflight/pointers": {"path": span(str(target)), "content": span("hello")},
+        "dev.preflight/action_name": span("Write"),
+        "dev.preflight/timing": {"mode": "immediate", "pointer": span("now")},
+    }
+    env = {**gateway_env, "PREFLIGHT_EAGER_TASKS": "0", "PREFLIGHT_HTTP_ALLOW": host}
+    seen: dict[str, Any] = {}
+    arguments = {"path": str(target), "content": "hello"}
+
+    async def calls() -> tuple[Any, Any, Any]:
+        async with gateway(env, gateway_argv, mode="2026-07-28", user=User()) as c:
+            first = await c.session.call_tool("write_file", arguments, meta=meta, allow_input_required=True)  # type: ignore[arg-type]
+            assert isinstance(first, types.InputRequiredResult), first.content
+            again = await c.session.call_tool(
+                "write_file", arguments, request_state=first.request_state, allow_input_required=True
+            )
+            assert isinstance(again, types.InputRequiredResult)
+
+            def look_up() -> None:
+                # What a worker would do with the queued task: every pending lookup of the execution.
+                execution = models.Execution.objects.get()
+                keys = list(
+                    models.Observation.objects.filter(execution=execution).values_list("key", flat=True)
+                )
+                tasks._run_lookups(str(execution.pk), keys)
+                seen["rows"] = list(models.Observation.objects.filter(execution=execution).values())
+                connection.close()
+
+            await anyio.to_thread.run_sync(look_up)
+            after = await c.session.call_tool(
+                "write_file", arguments, request_state=again.request_state, allow_input_required=True
+            )
+            return first, again, after
+
+    try:
+        first, again, after = run(calls)
+    finally:
+        lookups.shutdown()
+    # Still running after the wait: no question, only the state to come back with; nothing was written.
+    for waiting in (first, again):
+        assert not waiting.input_requests
+        assert waiting.request_state
+    # Looked up: the same call goes on through the gate (the trusted destructiveHint's confirmation).
+    assert isinstance(after, types.InputRequiredResult)
+    assert after.input_requests, seen
+    confirm = after.input_requests["preflight"].params
+    assert isinstance(confirm, types.ElicitRequestFormParams), models.Execution.objects.get().verdict
+    assert list(confirm.requested_schema["properties"]) == [CONFIRM_FIELD]  # type: ignore[union-attr]
+    assert not target.exists()
+    assert models.Outcome.objects.count() == 0

@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from console import celery_app, connectors, models, services
 from console.demo import agent
 from console.env import env_hosts
+from console.gateway import auth
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = ("approver", "operator", "auditor")
@@ -91,6 +92,7 @@ class Command(BaseCommand):
             )
             _wait_for_port(options["bank_port"], children[-1])
             self.seed_users()
+            token_file = self.agent_token()
             if not models.Server.objects.filter(name="bookstore").exists():
                 self.seed_catalog(bank_url)
                 self.drive()
@@ -130,7 +132,7 @@ class Command(BaseCommand):
             )
             _wait_for_port(options["port"], children[-2])
             _wait_for_port(options["gateway_port"], children[-1])
-            self.banner(base, options["gateway_port"])
+            self.banner(base, options["gateway_port"], token_file)
             while not stop.is_set():
                 for child in children:
                     if child.poll() is not None:
@@ -153,6 +155,19 @@ class Command(BaseCommand):
                 user = user_model.objects.create_user(name, password=password)
             for role in roles:
                 user.groups.add(Group.objects.get(name=role))
+
+    def agent_token(self) -> Path:
+        """The demo agent's token (acting for the requester only), kept in var/ for the stdio client
+        configuration's --token-file; a new one when the file is gone or its token revoked. The gateway
+        acts as this token, over stdio from the environment, over HTTP from each request."""
+        path = settings.VAR_DIR / "demo-agent-token"
+        secret = path.read_text().strip() if path.exists() else ""
+        if not secret or auth.lookup(secret) is None:
+            secret = services.agent_token_create(name="demo-agent", principals=[agent.REQUESTER])[1]
+            path.touch(mode=0o600)
+            path.write_text(secret + "\n")
+        os.environ[auth.TOKEN_ENV] = secret  # the scripted agent's stdio gateway
+        return path
 
     def seed_catalog(self, bank_url: str) -> None:
         """What an operator does once: list each demo server and import it (with its connector), and register
@@ -206,13 +221,23 @@ class Command(BaseCommand):
             celery_app.conf.task_always_eager, celery_app.conf.broker_url = eager, broker
         self.stdout.write(f"  {queued.verdict:<9} — a balance lookup still in flight")
 
-    def banner(self, base: str, gateway_port: int) -> None:
+    def banner(self, base: str, gateway_port: int, token_file: Path) -> None:
+        secret = token_file.read_text().strip()
+        argv = [str(REPO / "manage.py"), "mcp_gateway", "--principal", agent.REQUESTER]
         gateway = {
             "mcpServers": {
                 "preflight": {
                     "command": sys.executable,
-                    "args": [str(REPO / "manage.py"), "mcp_gateway", "--principal", agent.REQUESTER],
+                    "args": [*argv, "--token-file", str(token_file)],
                     "env": {"PREFLIGHT_PUBLIC_URL": base},
+                }
+            }
+        }
+        over_http = {
+            "mcpServers": {
+                "preflight": {
+                    "url": f"http://127.0.0.1:{gateway_port}/mcp",
+                    "headers": {"Authorization": f"Bearer {secret}"},
                 }
             }
         }
@@ -227,8 +252,11 @@ class Command(BaseCommand):
             ),
             "",
             f"MCP gateway (streamable HTTP): http://127.0.0.1:{gateway_port}/mcp",
+            f"Demo agent token (acts for {agent.REQUESTER} only): {token_file}",
             "MCP client configuration (Claude Desktop, Cursor: stdio):",
             json.dumps(gateway, indent=2),
+            "Or over streamable HTTP (clients that take a URL and headers):",
+            json.dumps(over_http, indent=2),
             "",
             "Ctrl-C stops the demo.",
         ]
