@@ -29,7 +29,7 @@ from preflight.canonical import digest
 from preflight.confirmations import bound_answer, bound_state, confirmation_answer, consent_answer
 from preflight.record import Record
 
-RECIPIENT = "DE0212030000"
+RECIPIENT = "DE02120300000000202051"
 
 
 def confirm(value: Any = RECIPIENT, *, yes: bool = True, by: str = "user:alice") -> dict[str, Answer]:
@@ -167,7 +167,7 @@ def test_a_confirm_label_on_an_argument_is_the_users_confirmation(alice: Said) -
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": (RECIPIENT, "DE02 1203 0000"),
+            "to_account": (RECIPIENT, "DE02 1203 0000 0000 2020 51"),
         },
     )
 
@@ -185,14 +185,14 @@ def test_a_confirmation_is_asked_after_the_lookups_not_before(grounded: Executio
 
 
 def test_a_confirmation_is_asked_before_a_deferral_while_the_user_is_there() -> None:
-    said = Said("Send 120 from DE11 to DE02 1203 0000 on Friday")
+    said = Said("Send 120 from DE11 to DE02 1203 0000 0000 2020 51 on Friday")
     at = (NOW + timedelta(days=2)).isoformat()
     req = request(
         said,
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": (RECIPIENT, "DE02 1203 0000"),
+            "to_account": (RECIPIENT, "DE02 1203 0000 0000 2020 51"),
         },
         timing={"mode": "at", "at": at, "pointer": said.at("on Friday")},
     )
@@ -279,7 +279,7 @@ def test_the_users_no_to_the_call_blocks_it(grounded: ExecutionRequest) -> None:
 
 
 def test_consent_is_not_asked_before_the_payload_is_complete(alice: Said) -> None:
-    req = request(alice, {"amount": (120, "120"), "to_account": (RECIPIENT, "DE02 1203 0000")})
+    req = request(alice, {"amount": (120, "120"), "to_account": (RECIPIENT, "DE02 1203 0000 0000 2020 51")})
 
     record = run(consenting(), req, Evidence(now=NOW))
 
@@ -406,7 +406,7 @@ def test_a_record_that_reads_no_observation_has_no_freshness_limit(alice: Said) 
         {
             "amount": (120, "120"),
             "from_account": ("DE11", "DE11"),
-            "to_account": (RECIPIENT, "DE02 1203 0000"),
+            "to_account": (RECIPIENT, "DE02 1203 0000 0000 2020 51"),
         },
     )
 
