@@ -172,6 +172,10 @@ class Execution(models.Model):
     conversation_key = models.CharField(max_length=80, blank=True, default="")
     # Set by a reviewer's rejection (see Rejection); after it the execution takes no new verdict.
     rejected_at = models.DateTimeField(null=True, blank=True)
+    # A hold's deadline (its server's or tool's ReviewPolicy), and when it passed with no decision: expiry is
+    # as final as a rejection (console/notifications.py).
+    expires_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
     # Of the latest record, like `verdict` (PreflightRecord.save copies them here): what the review queue
     # filters and counts by, without a join or a JSON document per row.
     routes = models.CharField(max_length=200, default="", blank=True)
@@ -200,14 +204,24 @@ class Execution(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self._state.adding and not self.conversation_key:
             self.conversation_key = conversation_key(self.principal, self.request)
-        elif self.rejected_at is not None and "verdict" in (kwargs.get("update_fields") or ("verdict",)):
-            # A reviewer's no is final. Every new verdict is saved here first, so refusing it here keeps an
-            # answer or a lookup arriving later from turning a rejected execution back into `execute`.
-            from console.errors import Conflict
-
-            when = f"{self.rejected_at:%Y-%m-%d %H:%M}"
-            raise Conflict("rejected", f"a reviewer rejected this execution at {when}; submit a new one")
+        elif self.final_at is not None and "verdict" in (kwargs.get("update_fields") or ("verdict",)):
+            # A reviewer's no (or an expired deadline) is final. Every new verdict is saved here first, so
+            # refusing it here keeps an answer or a lookup arriving later from turning it back into `execute`.
+            raise self.final_conflict()
         super().save(*args, **kwargs)
+
+    @property
+    def final_at(self) -> Any:
+        return self.rejected_at or self.expired_at
+
+    def final_conflict(self) -> Exception:
+        from console.errors import Conflict
+
+        if self.rejected_at is not None:
+            when = f"{self.rejected_at:%Y-%m-%d %H:%M}"
+            return Conflict("rejected", f"a reviewer rejected this execution at {when}; submit a new one")
+        when = f"{self.expired_at:%Y-%m-%d %H:%M} UTC"
+        return Conflict("expired", f"this hold expired undecided at {when}; submit a new one")
 
     def __str__(self) -> str:
         return f"{self.id} ({self.verdict})"
@@ -443,6 +457,51 @@ class AuditEvent(AppendOnly):
     class Meta:
         ordering = ["chain", "seq"]
         constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="auditevent_chain_seq_unique")]
+
+
+# ---- who is told that a decision waits, and for how long it may wait ---------------------------------
+
+
+class ReviewPolicy(models.Model):
+    """An operator's rule for the holds of one server (tool blank) or one of its tools: who is told that a
+    decision waits, and how long it may wait. A tool's policy replaces its server's, it does not add to it."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="review_policies")
+    tool = models.CharField(max_length=200, blank=True, default="")
+    emails = models.JSONField(default=list, blank=True)  # addresses, as the operator gave them
+    webhook_url = models.CharField(max_length=2000, blank=True, default="")
+    deadline_s = models.PositiveIntegerField(null=True, blank=True)  # none: a hold waits until decided
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["server", "tool"], name="review_policy_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.server}/{self.tool or '*'}"
+
+
+class Notification(models.Model):
+    """One message to one approver channel that one execution waits for a decision; attempts are recorded."""
+
+    CHANNELS = ("email", "webhook")
+    STATUSES = ("pending", "sent", "failed")
+
+    execution = models.ForeignKey(Execution, on_delete=models.PROTECT, related_name="notifications")
+    channel = models.CharField(max_length=10, choices=[(c, c) for c in CHANNELS])
+    target = models.CharField(max_length=2000)
+    body = models.JSONField()  # what is sent: the summary and the absolute console URL
+    status = models.CharField(max_length=10, choices=[(s, s) for s in STATUSES], default="pending")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["execution", "channel", "target"], name="notification_once_per_target"
+            )
+        ]
 
 
 # ---- provider gap reports ----------------------------------------------------------------------------

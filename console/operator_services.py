@@ -905,7 +905,9 @@ def sidecar_save(*, contract_id: Any, extension: Any, why: str, user: AbstractBa
         },
     )
     held = list(
-        models.Execution.objects.filter(contract=row, verdict="hold", rejected_at__isnull=True)
+        models.Execution.objects.filter(
+            contract=row, verdict="hold", rejected_at__isnull=True, expired_at__isnull=True
+        )
         .order_by("created_at")
         .values_list("pk", flat=True)[:100]
     )

@@ -7,6 +7,7 @@ The reviewer's identity is always the signed-in user passed in by the view, neve
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -20,6 +21,7 @@ from preflight.approvals import value_digest
 from preflight.record import Finding, Gap, Record, SlotState, Unmet
 
 REJECTED_SLOT = "review:rejected"
+EXPIRED_SLOT = "review:expired"
 
 
 def identity(user: AbstractBaseUser) -> str:
@@ -81,14 +83,26 @@ def live_grant(stored: models.PreflightRecord) -> models.Grant | None:
     )
 
 
-@transaction.atomic
 def execution_approve(
     *, execution_id: Any, payload_digest_seen: str, approver: AbstractBaseUser
 ) -> models.PreflightRecord:
     """Approve the whole call as shown (by payload digest): settles the `approval:` slots, after which the
     count says `execute` and the grant is issued with that record. On a record that already says `execute`
-    and whose grant expired unused, issues a fresh grant for it."""
+    and whose grant expired unused, issues a fresh grant for it. A hold past its deadline expires first (in
+    its own transaction, so the expiry stays recorded) and is refused."""
+    execution_expire(execution_id=execution_id)
+    return _execution_approve(
+        execution_id=execution_id, payload_digest_seen=payload_digest_seen, approver=approver
+    )
+
+
+@transaction.atomic
+def _execution_approve(
+    *, execution_id: Any, payload_digest_seen: str, approver: AbstractBaseUser
+) -> models.PreflightRecord:
     execution = services._lock_execution(execution_id)
+    if execution.final_at is not None:
+        raise execution.final_conflict()
     if execution.principal == identity(approver):
         raise Conflict("own_request", "an approver cannot approve an execution they requested")
     if services._has_run(execution):
@@ -127,6 +141,8 @@ def execution_reject(*, execution_id: Any, reason: str, reviewer: AbstractBaseUs
     execution = services._lock_execution(execution_id)
     if execution.rejected_at is not None:
         raise Conflict("already_rejected", "this execution was already rejected")
+    if execution.expired_at is not None:
+        raise execution.final_conflict()
     if services._has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
     who = identity(reviewer)
@@ -154,20 +170,102 @@ def execution_reject(*, execution_id: Any, reason: str, reviewer: AbstractBaseUs
     return rejection
 
 
+@transaction.atomic
+def execution_expire(*, execution_id: Any, now: datetime | None = None) -> bool:
+    """Expire a hold whose deadline passed with no decision: recorded as a `block` naming the deadline, as
+    final as a rejection (no later answer, lookup or approval changes it). False when it is not due."""
+    now = now or timezone.now()
+    execution = services._lock_execution(execution_id)
+    if (
+        execution.expires_at is None
+        or execution.expires_at > now
+        or execution.final_at is not None
+        or execution.verdict not in models.HELD_VERDICTS
+        or services._has_run(execution)
+    ):
+        return False
+    when = f"{execution.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    reason = f"no decision was made before its deadline ({when})"
+    latest = records.latest_record(execution)
+    record = final_record(
+        latest.record,
+        slot_key=EXPIRED_SLOT,
+        label="the review deadline",
+        source="deadline",
+        by="preflight",
+        reason=reason,
+        detail=f"expired: {reason}",
+        summary=f"expired: {reason}",
+        at=now.isoformat(),
+    )
+    stored = services._store_record(execution, record, execution.contract, trigger="expire")
+    execution.expired_at = now
+    execution.save(update_fields=["expired_at", "updated_at"])
+    audit_append(
+        kind="expiry",
+        execution_id=execution.pk,
+        body={
+            "deadline": execution.expires_at.isoformat(),
+            "record_seq": stored.seq,
+            "record_digest": stored.record_digest,
+        },
+    )
+    return True
+
+
+def holds_expire(now: datetime | None = None) -> int:
+    """The sweep's part: expire the held executions whose deadline has passed, each under its own lock."""
+    now = now or timezone.now()
+    due = models.Execution.objects.filter(
+        expires_at__lte=now,
+        expired_at__isnull=True,
+        rejected_at__isnull=True,
+        verdict__in=models.HELD_VERDICTS,
+    ).values_list("pk", flat=True)
+    return sum(execution_expire(execution_id=pk, now=now) for pk in list(due[:500]))
+
+
 def rejection_record(latest: Mapping[str, Any], *, reviewer: str, reason: str, at: str) -> Record:
     """The latest record as it stood, plus the reviewer's decision as a condition that blocks."""
-    decision = SlotState(
-        REJECTED_SLOT,
-        "condition",
-        "policy",
-        "a reviewer's decision",
-        "known",
-        False,
-        "reviewer",
-        {"by": reviewer},
-        findings=(Finding("reviewer", "found", {"by": reviewer}, reason),),
-        met=False,
+    return final_record(
+        latest,
+        slot_key=REJECTED_SLOT,
+        label="a reviewer's decision",
+        source="reviewer",
+        by=reviewer,
+        reason=reason,
         detail=f"rejected: {reason}",
+        summary=f"rejected by {reviewer}: {reason}",
+        at=at,
+    )
+
+
+def final_record(
+    latest: Mapping[str, Any],
+    *,
+    slot_key: str,
+    label: str,
+    source: str,
+    by: str,
+    reason: str,
+    detail: str,
+    summary: str,
+    at: str,
+) -> Record:
+    """The latest record as it stood, plus a final decision (a rejection, an expiry) as a condition that
+    blocks: what the agent reads back is a `block` naming it."""
+    decision = SlotState(
+        key=slot_key,
+        kind="condition",
+        defined_by="policy",
+        label=label,
+        status="known",
+        value=False,
+        source=source,
+        pointer={"by": by},
+        findings=(Finding(source, "found", {"by": by}, reason),),
+        met=False,
+        detail=detail,
     )
     return Record(
         verdict="block",
@@ -179,7 +277,7 @@ def rejection_record(latest: Mapping[str, Any], *, reviewer: str, reason: str, a
         slots=(*(_slot(s) for s in latest.get("slots") or []), decision),
         questions=(),
         measures=(),
-        unmet=(*(_unmet(u) for u in latest.get("unmet") or []), Unmet(REJECTED_SLOT, "block", reason)),
+        unmet=(*(_unmet(u) for u in latest.get("unmet") or []), Unmet(slot_key, "block", reason)),
         gaps=tuple(Gap(g["class"], g["slot"], g["detail"]) for g in latest.get("gaps") or []),
         notices=tuple(latest.get("notices") or ()),
         payload=latest.get("payload"),
@@ -187,7 +285,7 @@ def rejection_record(latest: Mapping[str, Any], *, reviewer: str, reason: str, a
         payload_valid=latest.get("payload_valid"),
         payload_errors=tuple(latest.get("payload_errors") or ()),
         unknown_count=int(latest.get("unknown_count") or 0),
-        reasons=(f"rejected by {reviewer}: {reason}",),
+        reasons=(summary,),
         evaluated_at=at,
         timing_at=latest.get("timing_at"),
     )

@@ -728,6 +728,7 @@ def _store_record(
     audit: Mapping[str, Any] | None = None,
 ) -> models.PreflightRecord:
     seq = execution.records + 1
+    was = execution.verdict
     execution.records = seq
     execution.verdict = record.verdict
     execution.contract = contract
@@ -741,8 +742,8 @@ def _store_record(
             execution.principal, execution.request
         )
         records.insert_rows([execution])
-    elif execution.rejected_at is not None:
-        execution.save(update_fields=_RECORD_FIELDS)  # which refuses: a reviewer's no is final
+    elif execution.final_at is not None:
+        execution.save(update_fields=_RECORD_FIELDS)  # which refuses: a reviewer's no, or expiry, is final
     else:
         # Without the ORM's per-call SQL building; Execution.save() adds nothing else to an UPDATE. Every
         # caller holds the execution's row lock.
@@ -812,6 +813,12 @@ def _store_record(
         from console import tasks
 
         transaction.on_commit(partial(tasks.schedule_trigger, str(execution.pk), execution.timing_at))
+    elif record.verdict == "hold" and was != "hold":
+        from console import tasks
+
+        # Approvers are told (and the deadline starts) once the hold is committed; robust: a broker that is
+        # away fails no preflight, the hold is still in the queue.
+        transaction.on_commit(partial(tasks.hold_notify.delay, str(execution.pk)), robust=True)
     # What was just written answers the call that wrote it, without reading it back, unless work after commit
     # may preflight the execution again first: a deferred trigger (in-process in embedded mode), or lookups
     # that did not go to a worker (`_lookups_after_commit` forgets these rows then).
@@ -1304,7 +1311,7 @@ def _may_wait_on_lookups(execution: models.Execution) -> bool:
 
     Not after `execute`: nothing that record needed was running, and a new preflight would void the grant the
     agent holds. Not after a reviewer's rejection, which is final."""
-    return execution.verdict != "execute" and execution.rejected_at is None
+    return execution.verdict != "execute" and execution.final_at is None
 
 
 @transaction.atomic

@@ -286,6 +286,31 @@ PREFLIGHT_HTTP_ALLOW = env_hosts(
     [f"{host}:{port}" for host in ("127.0.0.1", "localhost") for port in (8765, 8766)],
 )
 
+# Approver notifications (console/notifications.py): mail through Django's SMTP backend. Without a mail host,
+# email notifications are recorded as failed (server mode) or printed (the embedded demo), never dropped.
+PREFLIGHT_EMAIL_HOST = env_str("PREFLIGHT_EMAIL_HOST", "")
+DEFAULT_FROM_EMAIL = env_str("PREFLIGHT_EMAIL_FROM", "preflight@localhost")
+if PREFLIGHT_EMAIL_HOST or not EMBEDDED:
+    MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "OPTIONS": {
+                "host": PREFLIGHT_EMAIL_HOST,
+                "port": env_int("PREFLIGHT_EMAIL_PORT", 25, minimum=1),
+                "username": env_str("PREFLIGHT_EMAIL_USER", ""),
+                "password": env_str("PREFLIGHT_EMAIL_PASSWORD", ""),
+                "use_tls": env_bool("PREFLIGHT_EMAIL_TLS", False),
+                "timeout": env_int("PREFLIGHT_EMAIL_TIMEOUT_S", 10, minimum=1),
+            },
+        }
+    }
+else:
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
+# Webhook notifications go through the same egress checks as lookups (PREFLIGHT_HTTP_ALLOW); each is tried
+# this many times, backing off, before it is recorded as failed.
+PREFLIGHT_NOTIFY_RETRIES = env_int("PREFLIGHT_NOTIFY_RETRIES", 5, minimum=0)
+PREFLIGHT_NOTIFY_TIMEOUT_S = env_int("PREFLIGHT_NOTIFY_TIMEOUT_S", 10, minimum=1)
+
 # MCP gateway (`manage.py mcp_gateway`)
 
 # Where people reach the console: the gateway's URL elicitations (a held call's review page) are absolute.

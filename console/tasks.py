@@ -35,7 +35,7 @@ from django.utils import timezone
 from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
-from console import connectors, models, services
+from console import connectors, models, notifications, review_services, services
 from console.audit import audit_anchor
 from console.records import json_value, per_vendor, raw_reads, table
 
@@ -381,6 +381,21 @@ def holds_retry(now: datetime | None = None) -> int:
     return len(due)
 
 
+@shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=settings.PREFLIGHT_NOTIFY_RETRIES)
+def notification_send(self: Any, notification_id: int) -> None:
+    # Eager mode (the embedded demo) has no worker to wait out a backoff: one attempt, then the row says why.
+    final = self.request.is_eager or self.request.retries >= self.max_retries
+    try:
+        notifications.notification_send(notification_id=notification_id, final_attempt=final)
+    except notifications.DeliveryFailed as exc:
+        raise self.retry(exc=exc, countdown=min(300, 5 * 2**self.request.retries)) from exc
+
+
+@shared_task(acks_late=True, ignore_result=True, **_RETRY)
+def hold_notify(execution_id: str) -> None:
+    notifications.hold_notify(execution_id=execution_id)
+
+
 def sweep(now: datetime | None = None) -> dict[str, int]:
     """The periodic recovery (beat runs it every PREFLIGHT_SWEEP_INTERVAL_S; `manage.py trigger_due` runs
     it by hand): each part decides under the execution's row lock, so two sweeps at once do no harm."""
@@ -389,6 +404,8 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "sent": lookups_resend(),
         "retried": holds_retry(now),
         "reconciled": services.runs_reconcile(now=now),
+        "expired": review_services.holds_expire(now),
+        "notified": notifications.notifications_resend(now),
         "anchored": audit_anchor() if settings.PREFLIGHT_AUDIT_CHAINS > 1 else 0,
     }
 

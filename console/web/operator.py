@@ -19,7 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from console import models
+from console import models, notifications
 from console import operator_services as ops
 from console.errors import ServiceError
 from console.web.access import has_role, role_required
@@ -345,9 +345,57 @@ def server_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return _render(
         request,
         "console/operator/server.html",
-        {"server": server, "tools": _server_tools(server), "problem": ""},
+        {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server)},
         partial="tools",
     )
+
+
+class ReviewPolicyForm(forms.Form):
+    tool = forms.CharField(max_length=200, required=False, help_text="empty: every tool of this server")
+    emails = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="approvers to mail when a call waits, one per line or comma-separated",
+    )
+    webhook_url = forms.CharField(
+        max_length=2000, required=False, help_text="Slack-compatible webhook (a host in PREFLIGHT_HTTP_ALLOW)"
+    )
+    deadline_minutes = forms.IntegerField(
+        min_value=1, required=False, help_text="a waiting call expires after this long; empty: never"
+    )
+
+
+def _policies(server: models.Server, form: ReviewPolicyForm | None = None) -> dict[str, Any]:
+    rows = models.ReviewPolicy.objects.filter(server=server).order_by("tool")
+    return {"policies": rows, "policy_form": form or ReviewPolicyForm()}
+
+
+@require_POST
+@operator_only
+def server_review_policy(request: HttpRequest, pk: int) -> HttpResponse:
+    server = get_object_or_404(models.Server, pk=pk)
+    form = ReviewPolicyForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        minutes = data["deadline_minutes"]
+        try:
+            notifications.review_policy_set(
+                server_id=server.pk,
+                tool=data["tool"],
+                emails=data["emails"].replace(",", "\n").splitlines(),
+                webhook_url=data["webhook_url"],
+                deadline_s=None if minutes is None else minutes * 60,
+                user=request.user,  # type: ignore[arg-type]
+            )
+        except ServiceError as exc:
+            field = exc.detail.split(":", 1)[0] if ":" in exc.detail else None
+            form.add_error(field if field in form.fields else None, exc.detail)
+        else:
+            which = data["tool"] or "every tool"
+            messages.success(request, f"{server.name}: review policy for {which} saved.")
+            return redirect("operator:server", server.pk)
+    context = {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server, form)}
+    return render(request, "console/operator/server.html", context, status=422)
 
 
 def _server_tools(

@@ -18,6 +18,11 @@ urlpatterns = [
     path("catalog/import/mcp/", operator.catalog_import_mcp, name="catalog-import-mcp"),
     path("catalog/servers/<int:pk>/", operator.server_detail, name="server"),
     path("catalog/servers/<int:pk>/trust/", operator.server_trust, name="server-trust"),
+    path(
+        "catalog/servers/<int:pk>/review-policy/",
+        operator.server_review_policy,
+        name="server-review-policy",
+    ),
     path("catalog/contracts/<int:pk>/", operator.contract_detail, name="contract"),
     path("catalog/contracts/<int:pk>/diff/<int:other>/", operator.contract_diff, name="contract-diff"),
     path("catalog/contracts/<int:pk>/sidecar/", operator.contract_sidecar, name="contract-sidecar"),

@@ -100,7 +100,7 @@ def _review_context(request: HttpRequest, execution: models.Execution) -> dict[s
         .order_by("-pk")
         .first()
     )
-    open_ = rejection is None and outcome is None
+    open_ = rejection is None and execution.expired_at is None and outcome is None
     answers = {
         f"answer-{pk}": (channel, by)
         for pk, channel, by in models.Answer.objects.filter(execution=execution).values_list(
