@@ -211,6 +211,19 @@ class Execution(models.Model):
         super().save(*args, **kwargs)
 
     @property
+    def deadline_passed(self) -> bool:
+        """Whether it waits past its deadline, not yet expired: whoever reads it first expires it (the sweep
+        otherwise), so nobody is shown a decision that can no longer be made."""
+        from django.utils import timezone
+
+        return (
+            self.expires_at is not None
+            and self.expires_at <= timezone.now()
+            and self.final_at is None
+            and self.verdict in HELD_VERDICTS
+        )
+
+    @property
     def final_at(self) -> Any:
         return self.rejected_at or self.expired_at
 

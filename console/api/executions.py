@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console import services
+from console import review_services, services
 from console.api.access import execution_or_404
 from console.api.common import AGENT_PERMISSIONS, actor, errors
 from console.api.fields import AnyJSON, Array, Flag, Integer, Object, Text
@@ -263,6 +263,8 @@ class ExecutionDetailView(APIView):
     def get(self, request: Request, execution_id: str) -> Response:
         wait = _wait_seconds(request.query_params.get("wait"))
         execution = execution_or_404(execution_id, request.auth)
+        if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
+            execution = execution_or_404(execution.pk, request.auth)
         if execution.verdict == "hold" and services.infra_retry_due(execution_id=execution.pk):
             # A hold from a lookup our infrastructure lost, whose backoff has passed: looked up again now.
             services.execution_repreflight(execution_id=execution.pk, trigger="retry")

@@ -190,6 +190,8 @@ def _observations(execution: models.Execution) -> list[dict[str, Any]]:
 @require_GET
 def review(request: HttpRequest, execution_id: Any) -> HttpResponse:
     execution = _execution(execution_id)
+    if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
+        execution = _execution(execution_id)
     template = REVIEW + "#review" if request.htmx else REVIEW  # type: ignore[attr-defined]
     return render(request, template, _review_context(request, execution))
 

@@ -189,3 +189,18 @@ def test_a_hold_without_a_policy_has_no_deadline_and_tells_nobody(bank: Downstre
 
     assert models.Execution.objects.get(pk=record["id"]).expires_at is None
     assert not models.Notification.objects.exists() and mail.outbox == []
+
+
+def test_the_agent_reading_a_hold_past_its_deadline_gets_the_expiry_without_a_sweep(
+    bank: Downstream, agent: Agent, olga: Any
+) -> None:
+    policy(olga, deadline_s=60)
+    record = hold(agent)
+    models.Execution.objects.filter(pk=record["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    after = agent.get(f"/api/v1/executions/{record['id']}").json()
+
+    assert after["verdict"] == "block"
+    assert any(u["id"] == review_services.EXPIRED_SLOT for u in after["unmet"])
+    refused = agent.post(f"/api/v1/executions/{record['id']}/answers", {"answers": {"arg:memo": "x"}})
+    assert refused.status_code == 409 and refused.json()["error"] == "expired"
