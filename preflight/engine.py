@@ -493,12 +493,12 @@ class _Run:
                 chosen = self.chosen_by_approver()
                 self.add(
                     SlotState(
-                        ob.key,
-                        ob.kind,
-                        "fixed",
-                        "the action",
-                        "known",
-                        self.contract.identity,
+                        key=ob.key,
+                        kind=ob.kind,
+                        defined_by="fixed",
+                        label="the action",
+                        status="known",
+                        value=self.contract.identity,
                         source=self.tool_source,
                         pointer=_pointer_json(self.request.action_name),
                         approval=self.value_approval(ob.key, chosen, approve=False) if chosen else None,
@@ -515,11 +515,11 @@ class _Run:
                 if res.status == "unknown":
                     self.add(
                         SlotState(
-                            ob.key,
-                            ob.kind,
-                            "fixed",
-                            "the intended change",
-                            "unknown",
+                            key=ob.key,
+                            kind=ob.kind,
+                            defined_by="fixed",
+                            label="the intended change",
+                            status="unknown",
                             route="provider_gap",
                             gap="provider_gap",
                             findings=tuple(res.findings),
@@ -529,14 +529,14 @@ class _Run:
                 else:
                     self.add(
                         SlotState(
-                            ob.key,
-                            ob.kind,
-                            "fixed",
-                            "the intended change",
-                            "known",
-                            res.value,
-                            res.source,
-                            res.pointer,
+                            key=ob.key,
+                            kind=ob.kind,
+                            defined_by="fixed",
+                            label="the intended change",
+                            status="known",
+                            value=res.value,
+                            source=res.source,
+                            pointer=res.pointer,
                             findings=tuple(res.findings),
                         )
                     )
@@ -615,11 +615,11 @@ class _Run:
         if res.status == "unknown":
             self.add(
                 SlotState(
-                    ob.key,
-                    ob.kind,
-                    "fixed",
-                    label,
-                    "unknown",
+                    key=ob.key,
+                    kind=ob.kind,
+                    defined_by="fixed",
+                    label=label,
+                    status="unknown",
                     route="ask_user",
                     gap="user_gap",
                     findings=tuple(res.findings),
@@ -633,14 +633,14 @@ class _Run:
         else:
             self.add(
                 SlotState(
-                    ob.key,
-                    ob.kind,
-                    "fixed",
-                    label,
-                    res.status,
-                    res.value,
-                    res.source,
-                    res.pointer,
+                    key=ob.key,
+                    kind=ob.kind,
+                    defined_by="fixed",
+                    label=label,
+                    status=res.status,
+                    value=res.value,
+                    source=res.source,
+                    pointer=res.pointer,
                     approval=self.value_approval(ob.key, res, approve=False),
                     findings=tuple(res.findings),
                     detail=self.edit_detail(res),
@@ -652,11 +652,11 @@ class _Run:
         for problem in c.labels.problems:
             self.add(
                 SlotState(
-                    f"label:{problem.line}",
-                    "condition",
-                    "provider",
-                    problem.text,
-                    "unknown",
+                    key=f"label:{problem.line}",
+                    kind="condition",
+                    defined_by="provider",
+                    label=problem.text,
+                    status="unknown",
                     route="provider_gap",
                     gap="provider_gap",
                     detail=f"malformed label on line {problem.line}: {problem.reason}",
@@ -665,11 +665,11 @@ class _Run:
         for i, sentence in enumerate(c.prose_conditions):
             self.add(
                 SlotState(
-                    f"cond:prose-{i + 1}",
-                    "condition",
-                    "provider",
-                    sentence,
-                    "unknown",
+                    key=f"cond:prose-{i + 1}",
+                    kind="condition",
+                    defined_by="provider",
+                    label=sentence,
+                    status="unknown",
                     route="provider_gap",
                     gap="provider_gap",
                     detail=f"a condition stated only in prose, not declared: {sentence!r}",
@@ -678,11 +678,11 @@ class _Run:
         if self.plan.root is None:
             self.add(
                 SlotState(
-                    "schema:#",
-                    "condition",
-                    "provider",
-                    "the tool's arguments",
-                    "unknown",
+                    key="schema:#",
+                    kind="condition",
+                    defined_by="provider",
+                    label="the tool's arguments",
+                    status="unknown",
                     route="provider_gap",
                     gap="provider_gap",
                     detail="the tool declares no inputSchema (that is not a tool without arguments)",
@@ -706,11 +706,11 @@ class _Run:
                 continue
             self.add(
                 SlotState(
-                    f"schema:{item.location}",
-                    "condition",
-                    "provider",
-                    item.construct,
-                    "unknown",
+                    key=f"schema:{item.location}",
+                    kind="condition",
+                    defined_by="provider",
+                    label=item.construct,
+                    status="unknown",
                     route="unsupported",
                     gap="implementation_gap",
                     detail=f"{item.construct} at {item.location}: {item.detail}",
@@ -756,11 +756,11 @@ class _Run:
             labels = " and ".join(group.branches[i].label for i in complete)
             self.add(
                 SlotState(
-                    f"branch:{group.location}",
-                    "condition",
-                    "provider",
-                    "which alternative applies",
-                    "unknown",
+                    key=f"branch:{group.location}",
+                    kind="condition",
+                    defined_by="provider",
+                    label="which alternative applies",
+                    status="unknown",
                     route="hold",
                     detail=f"conflict: more than one exclusive alternative is complete ({labels})",
                 )
@@ -897,11 +897,11 @@ class _Run:
         text = "Which of these will you provide: " + ", or ".join(options) + "?"
         self.add(
             SlotState(
-                key,
-                "value",
-                "provider",
-                "which alternative applies",
-                "unknown",
+                key=key,
+                kind="value",
+                defined_by="provider",
+                label="which alternative applies",
+                status="unknown",
                 route="ask_user",
                 gap="user_gap",
                 detail=f"no grounded value selects one {group.kind} alternative",
@@ -924,14 +924,14 @@ class _Run:
             return
         if res.status != "unknown":
             slot = SlotState(
-                key,
-                "value",
-                "provider",
-                label,
-                res.status,
-                res.value,
-                res.source,
-                res.pointer,
+                key=key,
+                kind="value",
+                defined_by="provider",
+                label=label,
+                status=res.status,
+                value=res.value,
+                source=res.source,
+                pointer=res.pointer,
                 labels=labels,
                 approval=self.value_approval(key, res, approve=info.approve),
                 findings=tuple(res.findings),
@@ -957,11 +957,11 @@ class _Run:
         else:
             route, gap, detail = "hold", "source_gap", "every permitted source was checked; none had a value"
         slot = SlotState(
-            key,
-            "value",
-            "provider",
-            label,
-            "unknown",
+            key=key,
+            kind="value",
+            defined_by="provider",
+            label=label,
+            status="unknown",
             route=route,
             gap=gap,
             labels=labels,
@@ -1014,11 +1014,11 @@ class _Run:
         user = "user_answer" in cfg.sources
         old = self.arg_slots.get(path)
         slot = SlotState(
-            key,
-            "value",
-            old.defined_by if old is not None else "provider",
-            label,
-            "unknown",
+            key=key,
+            kind="value",
+            defined_by=old.defined_by if old is not None else "provider",
+            label=label,
+            status="unknown",
             route="ask_user" if user else "hold",
             gap="user_gap" if user else "source_gap",
             labels=info.labels if info is not None else (),
@@ -1094,11 +1094,11 @@ class _Run:
             label = path.replace("_", " ").replace(".", " ")
             if clash or look_alike:
                 slot = SlotState(
-                    key,
-                    "value",
-                    "user",
-                    label,
-                    "unknown",
+                    key=key,
+                    kind="value",
+                    defined_by="user",
+                    label=label,
+                    status="unknown",
                     route="hold",
                     detail=look_alike
                     or "no place in the arguments: a dotted name, or inside a value that is no object",
@@ -1111,14 +1111,14 @@ class _Run:
             self.undeclared_at[path] = node.path
             if res.status != "unknown":
                 slot = SlotState(
-                    key,
-                    "value",
-                    "user",
-                    label,
-                    res.status,
-                    res.value,
-                    res.source,
-                    res.pointer,
+                    key=key,
+                    kind="value",
+                    defined_by="user",
+                    label=label,
+                    status=res.status,
+                    value=res.value,
+                    source=res.source,
+                    pointer=res.pointer,
                     findings=tuple(res.findings),
                     candidate=res.candidate,
                     unverified=res.unverified,
@@ -1129,11 +1129,11 @@ class _Run:
                 self.add(slot)
                 continue
             slot = SlotState(
-                key,
-                "value",
-                "user",
-                label,
-                "unknown",
+                key=key,
+                kind="value",
+                defined_by="user",
+                label=label,
+                status="unknown",
                 route="ask_user",
                 gap="user_gap",
                 findings=tuple(res.findings),
@@ -1256,11 +1256,11 @@ class _Run:
         else:
             route, waits_for = cast(Route, res.source or "hold"), res.waits_for
         return SlotState(
-            key,
-            "condition",
-            owner,
-            text,
-            "unknown",
+            key=key,
+            kind="condition",
+            defined_by=owner,
+            label=text,
+            status="unknown",
             route=route,
             findings=tuple(res.findings),
             detail=detail,
@@ -1283,13 +1283,13 @@ class _Run:
             return
         self.add(
             SlotState(
-                key,
-                "condition",
-                owner,
-                text,
-                "known",
-                met,
-                "condition",
+                key=key,
+                kind="condition",
+                defined_by=owner,
+                label=text,
+                status="known",
+                value=met,
+                source="condition",
                 findings=tuple(res.findings),
                 met=met,
                 detail=None if met else f"unmet: {on_false}",
@@ -1323,17 +1323,24 @@ class _Run:
                     continue
                 if not needed:
                     self.add(
-                        SlotState(key, "condition", owner, text, "null", detail="not needed for these values")
+                        SlotState(
+                            key=key,
+                            kind="condition",
+                            defined_by=owner,
+                            label=text,
+                            status="null",
+                            detail="not needed for these values",
+                        )
                     )
                     continue
             if payload_digest is None:
                 self.add(
                     SlotState(
-                        key,
-                        "condition",
-                        owner,
-                        text,
-                        "unknown",
+                        key=key,
+                        kind="condition",
+                        defined_by=owner,
+                        label=text,
+                        status="unknown",
                         route="hold",
                         approval="required",
                         detail="needs a person's approval once every value is settled",
@@ -1344,24 +1351,24 @@ class _Run:
             if state == "approved":
                 self.add(
                     SlotState(
-                        key,
-                        "condition",
-                        owner,
-                        text,
-                        "known",
-                        payload_digest,
-                        "approval",
+                        key=key,
+                        kind="condition",
+                        defined_by=owner,
+                        label=text,
+                        status="known",
+                        value=payload_digest,
+                        source="approval",
                         approval="approved",
                     )
                 )
             else:
                 self.add(
                     SlotState(
-                        key,
-                        "condition",
-                        owner,
-                        text,
-                        "unknown",
+                        key=key,
+                        kind="condition",
+                        defined_by=owner,
+                        label=text,
+                        status="unknown",
                         route="hold",
                         approval="void" if state == "void" else "required",
                         detail="needs a person's approval of these exact values",
@@ -1418,14 +1425,14 @@ class _Run:
         if state == "yes":
             self.add(
                 SlotState(
-                    key,
-                    "intent",
-                    "provider",
-                    label,
-                    "known",
-                    bound_digest,
-                    "user_answer",
-                    pointer,
+                    key=key,
+                    kind="intent",
+                    defined_by="provider",
+                    label=label,
+                    status="known",
+                    value=bound_digest,
+                    source="user_answer",
+                    pointer=pointer,
                     findings=(Finding("user_answer", "found", pointer),),
                 )
             )
@@ -1434,14 +1441,14 @@ class _Run:
             # The user's no to exactly this: recorded, and the call does not run while it stands.
             self.add(
                 SlotState(
-                    key,
-                    "intent",
-                    "provider",
-                    label,
-                    "known",
-                    False,
-                    "user_answer",
-                    pointer,
+                    key=key,
+                    kind="intent",
+                    defined_by="provider",
+                    label=label,
+                    status="known",
+                    value=False,
+                    source="user_answer",
+                    pointer=pointer,
                     findings=(Finding("user_answer", "found", pointer, "the user said no"),),
                     met=False,
                     detail=declined,
@@ -1456,11 +1463,11 @@ class _Run:
         )
         self.add(
             SlotState(
-                key,
-                "intent",
-                "provider",
-                label,
-                "unknown",
+                key=key,
+                kind="intent",
+                defined_by="provider",
+                label=label,
+                status="unknown",
                 route="ask_user",
                 gap="user_gap",
                 findings=(finding,),
@@ -1506,11 +1513,11 @@ class _Run:
         if payload is None or payload_digest is None:
             self.add(
                 SlotState(
-                    CONSENT_KEY,
-                    "intent",
-                    "provider",
-                    label,
-                    "unknown",
+                    key=CONSENT_KEY,
+                    kind="intent",
+                    defined_by="provider",
+                    label=label,
+                    status="unknown",
                     route="hold",
                     detail="the user is asked to consent once the payload is complete and valid",
                 )
@@ -1540,11 +1547,11 @@ class _Run:
             finding = Finding("condition", "error", detail=exc.reason)
             self.add(
                 SlotState(
-                    key,
-                    "condition",
-                    "provider",
-                    text,
-                    "unknown",
+                    key=key,
+                    kind="condition",
+                    defined_by="provider",
+                    label=text,
+                    status="unknown",
                     route="hold",
                     findings=(finding,),
                     detail=detail,
@@ -1553,13 +1560,13 @@ class _Run:
             return
         self.add(
             SlotState(
-                key,
-                "condition",
-                "provider",
-                text,
-                "known",
-                f"{self.contract.server}/{value}",
-                "condition",
+                key=key,
+                kind="condition",
+                defined_by="provider",
+                label=text,
+                status="known",
+                value=f"{self.contract.server}/{value}",
+                source="condition",
                 findings=(Finding("condition", "found"),),
             )
         )
@@ -1659,11 +1666,11 @@ class _Run:
             if valid_here is True:
                 self.add(
                     SlotState(
-                        key,
-                        "condition",
-                        "provider",
-                        item.construct,
-                        "known",
+                        key=key,
+                        kind="condition",
+                        defined_by="provider",
+                        label=item.construct,
+                        status="known",
                         source="validation",
                         detail=f"{where}: the payload validates against the whole schema",
                     )
@@ -1671,11 +1678,11 @@ class _Run:
             elif valid_here is False:
                 self.add(
                     SlotState(
-                        key,
-                        "condition",
-                        "provider",
-                        item.construct,
-                        "unknown",
+                        key=key,
+                        kind="condition",
+                        defined_by="provider",
+                        label=item.construct,
+                        status="unknown",
                         route="unsupported",
                         gap="implementation_gap",
                         detail=f"{where}: {item.detail}, and the payload does not validate",
@@ -1685,11 +1692,11 @@ class _Run:
                 # Not counted: the slots still open decide the verdict; this waits for the whole payload.
                 self.slots.append(
                     SlotState(
-                        key,
-                        "condition",
-                        "provider",
-                        item.construct,
-                        "unknown",
+                        key=key,
+                        kind="condition",
+                        defined_by="provider",
+                        label=item.construct,
+                        status="unknown",
                         detail=f"{where}: decided by validating the payload once every other slot is settled",
                         waits_for=("payload",),
                     )
@@ -2019,11 +2026,11 @@ def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evid
     fixed_tool = FIXED_CHECKLIST[0]
     if not changing:
         slot = SlotState(
-            "fixed:tool",
-            "intent",
-            "fixed",
-            "the action",
-            "unknown",
+            key="fixed:tool",
+            kind="intent",
+            defined_by="fixed",
+            label="the action",
+            status="unknown",
             route="hold",
             detail="no catalog tool can produce the intended change",
         )
@@ -2031,11 +2038,11 @@ def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evid
         verdict: Literal["hold", "ask"] = "hold"
     else:
         slot = SlotState(
-            "fixed:tool",
-            "intent",
-            "fixed",
-            "the action",
-            "unknown",
+            key="fixed:tool",
+            kind="intent",
+            defined_by="fixed",
+            label="the action",
+            status="unknown",
             route="ask_user",
             gap="user_gap",
             detail=f"{len(changing)} actions could do this",

@@ -24,7 +24,6 @@ from typing import Any, Final, Literal
 from stdnum import iban
 
 from preflight.errors import RequestError
-from preflight.frozen import fast_init
 
 __all__ = [
     "REASONS",
@@ -56,7 +55,6 @@ class Span:
     end: int
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class SpanCheck:
     """The outcome of reading a pointer. `text` is what the pointer covers, whether or not it verified."""

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .canonical import digest, digest_written_as_is, written_as_is
-from .frozen import fast_init
 
 __all__ = [
     "Finding",
@@ -25,7 +24,6 @@ GapClass = Literal["user_gap", "provider_gap", "source_gap", "implementation_gap
 Status = Literal["known", "null", "unknown"]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Finding:
     source: str
@@ -42,8 +40,7 @@ class Finding:
         return out
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SlotState:
     key: str
     kind: Literal["value", "condition", "intent"]
@@ -103,7 +100,6 @@ class SlotState:
 QuestionKind = Literal["value", "choice", "without", "confirmation", "consent"]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Question:
     """What the user is asked. `schema` is what an answer must satisfy before it counts (otherwise 422
@@ -142,7 +138,6 @@ class Question:
         return out
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Gap:
     cls: GapClass
@@ -153,7 +148,6 @@ class Gap:
         return {"class": self.cls, "slot": self.slot, "detail": self.detail}
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Unmet:
     id: str
@@ -164,7 +158,6 @@ class Unmet:
         return {"id": self.id, "on_false": self.on_false, "text": self.text}
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class MeasureRequest:
     """One lookup whose inputs are settled: the caller runs a frontier of these in parallel."""
@@ -183,8 +176,7 @@ class MeasureRequest:
         return {"measure": self.measure, "lookup": self.lookup, "args": dict(self.args), "key": self.key}
 
 
-@fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Record:
     verdict: Verdict
     server: str

@@ -96,11 +96,11 @@ def gateway_pin_refusal(
         )
     now = timezone.now()
     slot = SlotState(
-        PIN_SLOT,
-        "value",
-        "fixed",
-        "the action",
-        "unknown",
+        key=PIN_SLOT,
+        kind="value",
+        defined_by="fixed",
+        label="the action",
+        status="unknown",
         route="provider_gap",
         gap="provider_gap",
         findings=(

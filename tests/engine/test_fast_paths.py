@@ -2,18 +2,16 @@
 
 The plan marks flat object nodes (no branches, conditionals, dependencies or nested objects) so a preflight
 can skip branch selection; records digest the typed part of their JSON without walking it; expressions hand
-CEL only the roots they read; pointers read Python's own spelling of a number or a boolean word directly;
-hot frozen dataclasses store their fields through slot descriptors. Each is compared here with the path it
-replaces, on the real catalogs where that matters.
+CEL only the roots they read; pointers read Python's own spelling of a number or a boolean word directly.
+Each is compared here with the path it replaces, on the real catalogs where that matters.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -39,7 +37,6 @@ from preflight import (
 from preflight.canonical import canonical_json, digest, digest_written_as_is, written_as_is
 from preflight.errors import ExpressionError
 from preflight.expressions import ROOTS, compile_expression, evaluate
-from preflight.frozen import fast_init
 from preflight.pointers import values_match
 from preflight.record import Finding, MeasureRequest, Question, Record, SlotState
 
@@ -136,22 +133,22 @@ def _record(place: str, odd: Any) -> Record:
         return {"k": odd} if isinstance(plain, dict) and not isinstance(odd, dict | MappingProxyType) else odd
 
     settled = SlotState(
-        "arg:x",
-        "value",
-        "provider",
-        "x",
-        "known",
-        at("value", "IBAN DE11"),
-        "instruction",
-        at("pointer", _POINTER),
+        key="arg:x",
+        kind="value",
+        defined_by="provider",
+        label="x",
+        status="known",
+        value=at("value", "IBAN DE11"),
+        source="instruction",
+        pointer=at("pointer", _POINTER),
         findings=(Finding("instruction", "found", at("finding", _POINTER)),),
     )
     unsettled = SlotState(
-        "arg:y",
-        "value",
-        "provider",
-        "y",
-        "unknown",
+        key="arg:y",
+        kind="value",
+        defined_by="provider",
+        label="y",
+        status="unknown",
         route="ask_user",
         candidate=at("candidate", 7),
         unverified=True,
@@ -284,64 +281,6 @@ def test_a_float_in_its_own_spelling_matches_where_the_decimal_point_is_known(va
 
 def test_a_nan_float_is_not_matched_by_its_spelling() -> None:
     assert not values_match("nan", math.nan)
-
-
-# --- fast_init ---------------------------------------------------------------------------------------------
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class _Sample:
-    a: int
-    b: str = "b"
-    c: tuple[int, ...] = ()
-    d: Any = field(default=None, kw_only=True)
-
-
-@dataclass(frozen=True, slots=True)
-class _Generated:
-    a: int
-    b: str = "b"
-    c: tuple[int, ...] = ()
-    d: Any = field(default=None, kw_only=True)
-
-
-def test_a_fast_init_dataclass_takes_the_same_arguments_and_stays_frozen() -> None:
-    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
-        ((1,), {}),
-        ((1, "x", (2,)), {"d": 3}),
-        ((), {"a": 1, "c": (4,)}),
-    ]
-    for args, kwargs in calls:
-        fast, generated = _Sample(*args, **kwargs), _Generated(*args, **kwargs)
-        assert dataclasses.astuple(fast) == dataclasses.astuple(generated)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        _Sample(1).a = 2  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        _Sample(1, "x", (), 4)  # type: ignore[misc]  # d is keyword-only
-    with pytest.raises(TypeError):
-        _Sample()  # type: ignore[call-arg]
-
-
-def test_fast_init_refuses_what_it_would_not_copy() -> None:
-    @dataclass(frozen=True, slots=True)
-    class Factory:
-        items: list[int] = field(default_factory=list)
-
-    @dataclass(frozen=True, slots=True)
-    class Post:
-        a: int
-
-        def __post_init__(self) -> None:
-            pass
-
-    @dataclass(slots=True)
-    class Mutable:
-        a: int
-
-    for cls in (Factory, Post, Mutable):
-        with pytest.raises(TypeError):
-            fast_init(cls)
 
 
 _SCALARS = st.one_of(
