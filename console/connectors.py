@@ -2,8 +2,8 @@
 
 Everything here is synchronous on purpose: callers are Django views and Celery tasks. The MCP SDK is async, so
 each call runs its own short event loop (``anyio.run``), in a helper thread when the caller already has one.
-HTTP lookups are the exception to one-thread-per-call: they all run on one selectors loop thread per process
-(`_HttpLoop`), since a batch starts ten at once and ten threads parsing HTTP fight over the GIL.
+HTTP lookups are the exception to one-thread-per-call: they all run on one event loop thread per process with
+one pooled httpx client (`_HttpLookups`), since a batch starts ten at once.
 
 Failure classes, the distinction the execution gate records:
 
@@ -28,31 +28,25 @@ kind may carry ``timeout_s`` (the tool call's).
 from __future__ import annotations
 
 import asyncio
-import errno
+import dataclasses
 import functools
 import hashlib
-import http.client
+import http.cookiejar
 import inspect
 import json
 import logging
 import math
 import os
 import queue
-import re
-import select
-import selectors
 import socket
 import ssl
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AsyncExitStack, contextmanager, suppress
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
@@ -64,7 +58,7 @@ from console import egress, json_values
 from preflight.canonical import canonical_json
 
 if TYPE_CHECKING:
-    import h11
+    import httpx2
 
 logger = logging.getLogger(__name__)
 
@@ -366,7 +360,10 @@ class _AllowListedBackend:
         name = egress._normal_host(host.strip("[]")) or host
         if not any(e.host == name and e.port in (None, port) for e in egress.allowed_hosts()):
             raise egress.EgressRefused("host_not_allowed", f"{host}:{port} is not in PREFLIGHT_HTTP_ALLOW")
-        infos = await anyio.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        if egress._ip(name) is not None:  # taken as it is: no wait on DNS, no hop to a resolver thread
+            infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        else:
+            infos = await anyio.getaddrinfo(name, port, type=socket.SOCK_STREAM)
         failure: Exception | None = None
         # Each checked address in turn, in the order DNS gave them, as httpcore itself would not.
         for info in egress.check_addresses(name, port, infos):
@@ -390,18 +387,30 @@ class _AllowListedBackend:
         await self._backend.sleep(seconds)
 
 
-def _allow_listed_http_client() -> Any:
-    """An httpx client for MCP over HTTP: no proxies from the environment (the allow-list is about where the
-    bytes go), no redirects, connections only through `_AllowListedBackend`."""
+def _checked_transport(
+    ssl_context: ssl.SSLContext, limits: httpx2.Limits | None = None
+) -> httpx2.AsyncHTTPTransport:
+    """An httpx transport whose every connection goes through `_AllowListedBackend`; without `limits`,
+    httpcore's own."""
     import httpcore2
     import httpx2
 
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    transport = httpx2.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
     # httpx builds its pool without a way to pass a network backend; this pool is the one it would build,
     # with ours. tests/console/test_egress.py proves a rebinding name reaches nothing through it.
+    pool_limits = {} if limits is None else dataclasses.asdict(limits)
     transport._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=httpx2.create_ssl_context(trust_env=False), network_backend=_AllowListedBackend()
+        ssl_context=ssl_context, network_backend=_AllowListedBackend(), **pool_limits
     )
+    return transport
+
+
+def _allow_listed_http_client() -> Any:
+    """An httpx client for MCP over HTTP: no proxies from the environment (the allow-list is about where the
+    bytes go), no redirects, connections only through `_AllowListedBackend`."""
+    import httpx2
+
+    transport = _checked_transport(httpx2.create_ssl_context(trust_env=False))
     # Per-operation limits as generous as the SDK's default client: the cancel scope around the whole
     # exchange is what bounds it.
     return httpx2.AsyncClient(
@@ -663,15 +672,15 @@ def run_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[An
 
 
 class StartedMeasure:
-    """A lookup under way, bounded by the measure's timeout: an HTTP one on the process's HTTP loop thread,
-    any other in a thread of its own. Starting the lookups of a frontier one after another and then
-    collecting them costs at most a thread each; calling `run_measure` in a thread of the caller's would cost
-    two."""
+    """A lookup under way, bounded by the measure's timeout: an HTTP one on the process's HTTP loop thread
+    (`_HttpLookups`), any other in a thread of its own. Starting the lookups of a frontier one after another
+    and then collecting them costs at most a thread each; calling `run_measure` in a thread of the caller's
+    would cost two."""
 
     def __init__(
         self,
         name: str,
-        call: _Call | _HttpExchange | None = None,
+        call: _Pending | None = None,
         finish: Callable[[_Outcome], tuple[Any, datetime]] | None = None,
         failed: Exception | None = None,
     ) -> None:
@@ -724,45 +733,21 @@ def start_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> Starte
     return StartedMeasure(name, call, finish)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A redirect would re-send the lookup's arguments to a place nobody configured.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-@functools.cache
-def _proxies() -> dict[str, str]:
-    # Read once per process, as urllib's own ProxyHandler reads them once per opener: the choice between the
-    # proxy path and the direct one must agree with what the opener would do.
-    return urllib.request.getproxies()
-
-
-@functools.cache
-def _opener() -> urllib.request.OpenerDirector:
-    # Built once per process: building one loads the system CA bundle (tens of ms of CPU, under the GIL).
-    return urllib.request.build_opener(urllib.request.ProxyHandler(_proxies()), _NoRedirect)
-
-
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    # Once per process, for the same reason as `_opener`; what http.client would use (ALPN http/1.1).
-    context = ssl.create_default_context()
-    context.set_alpn_protocols(["http/1.1"])
-    return context
+    # The system's trust store, as lookups have always used (not httpx's own default), built once per process:
+    # loading the CA bundle is tens of ms of CPU under the GIL.
+    return ssl.create_default_context()
 
 
-_Started = tuple["_Call | _HttpExchange", Callable[["_Outcome"], tuple[Any, datetime]]]
+_Started = tuple["_Pending", Callable[["_Outcome"], tuple[Any, datetime]]]
 
 
 def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float) -> _Started:
     """POST the lookup to its URL; the answer must be 200 with ``{"value": ..., "observed_at": ...}``.
 
-    The exchange runs on the process's one HTTP loop thread (`_HttpLoop`), not a thread + urllib each: a
-    batch starts ten lookups at once, and ten threads parsing HTTP fight over the GIL. Against a local server
-    answering after 100 ms, ten at once took 105.5 ms wall / 5.5 ms CPU that way, 103 ms / 0.9 ms on a bare
-    selectors loop; this loop, h11 parsing included, ~105 ms / 2.5-3 ms (threads + urllib: 4.5-6.4 ms, in a
-    process with Django loaded). A URL the environment sends through a proxy still goes through urllib,
-    whose proxy handling (CONNECT, credentials, no_proxy) is not worth re-implementing.
+    Every HTTP lookup of the process runs on one event loop thread with one pooled httpx client
+    (`_HttpLookups`): a batch starts ten at once, and ten threads each with a client fight over the GIL.
     """
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise MeasureFailed("http measure needs 'url': an http(s) URL")
@@ -771,15 +756,13 @@ def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float
     except egress.EgressRefused as exc:
         raise MeasureFailed(f"{exc.code}: {exc.detail}") from None
     body = json.dumps({"measure": name, "args": dict(args)}, allow_nan=False).encode()
-    call: _Call | _HttpExchange | None = _proxied_call(url, body, timeout_s)
-    if call is None:
-        call = _HttpExchange.start(url, body, timeout_s)
+    call = _http_lookups.start(url, body, timeout_s)
 
     def finish(outcome: _Outcome) -> tuple[Any, datetime]:
         if outcome.timed_out:
             raise MeasureFailed(f"no answer within {timeout_s}s")
         if outcome.error is not None:
-            raise MeasureFailed(f"request failed: {_describe_url_error(outcome.error)}")
+            raise MeasureFailed(f"request failed: {_describe_http_error(outcome.error)}")
         status, raw = outcome.value
         if status != 200:
             raise MeasureFailed(f"answered HTTP {status}, expected 200")
@@ -799,39 +782,13 @@ def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float
     return call, finish
 
 
-def _proxied_call(url: str, body: bytes, timeout_s: float) -> _Call | None:
-    """The lookup through urllib in a thread of its own, if the environment names a proxy for this URL;
-    otherwise None."""
-    scheme = url.partition(":")[0]
-    if not _proxies().get(scheme):
-        return None
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
-    )
-    # What urllib's ProxyHandler asks, at request time as it does (no_proxy is read live there too).
-    if request.host and urllib.request.proxy_bypass(request.host):
-        return None
-    opener = _opener()
-
-    def fetch() -> tuple[int, bytes]:
-        # Through a proxy the name was checked (`_http_measure`), and the proxy resolves it: the address
-        # check is the proxy's (this host may not resolve outside names at all).
-        try:
-            with opener.open(request, timeout=timeout_s) as response:
-                return response.status, response.read(MAX_MEASURE_BODY_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            return exc.code, b""
-
-    # The socket timeout bounds each read; the deadline bounds the whole exchange (a server could drip bytes).
-    return _Call(fetch, {}, timeout_s)
-
-
-def _describe_url_error(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
-        return f"{type(exc.reason).__name__}: {exc.reason}"
+def _describe_http_error(exc: BaseException) -> str:
+    # httpx wraps what broke; the operating system's own error (refused, unresolved, a certificate) says more.
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError):
+            exc = cause
+        cause = cause.__cause__ or cause.__context__  # httpcore re-raises its own `from None`
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -945,7 +902,29 @@ def _run_with_deadline(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeou
     return _Call(fn, kwargs, timeout_s).result()
 
 
-class _Call:
+class _Pending:
+    """A call under way: its ``outcome`` is in once ``done`` is set; waited for at most until ``timeout_s``
+    (and ``grace_s``) from now."""
+
+    def __init__(self, timeout_s: float, *, grace_s: float = 0.0) -> None:
+        self.outcome = _Outcome()
+        self.deadline = time.monotonic() + timeout_s + grace_s
+        self.done = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
+        left = self.deadline - time.monotonic()
+        if timeout is not None and timeout < left:
+            return self.done.wait(max(0.0, timeout))
+        return self.done.wait(max(0.0, left)) or True
+
+    def result(self) -> _Outcome:
+        if not self.done.wait(max(0.0, self.deadline - time.monotonic())):
+            return _Outcome(timed_out=True)
+        return self.outcome
+
+
+class _Call(_Pending):
     """``fn(**kwargs)`` running in a daemon thread from now on, waited for at most until ``timeout_s`` after
     it started.
 
@@ -955,10 +934,8 @@ class _Call:
     """
 
     def __init__(self, fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> None:
-        self.outcome = _Outcome()
-        self.deadline = time.monotonic() + timeout_s
-        self._done = threading.Event()
-        outcome, done = self.outcome, self._done
+        super().__init__(timeout_s)
+        outcome, done = self.outcome, self.done
 
         def target() -> None:
             try:
@@ -970,18 +947,6 @@ class _Call:
                 done.set()
 
         _runners.run(target)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
-        left = self.deadline - time.monotonic()
-        if timeout is not None and timeout < left:
-            return self._done.wait(max(0.0, timeout))
-        return self._done.wait(max(0.0, left)) or True
-
-    def result(self) -> _Outcome:
-        if not self._done.wait(max(0.0, self.deadline - time.monotonic())):
-            return _Outcome(timed_out=True)
-        return self.outcome
 
 
 class _Runners:
@@ -1020,554 +985,150 @@ class _Runners:
 _runners = _Runners()
 
 
-# --------------------------------------------------------------------------------------------- HTTP loop
+# --------------------------------------------------------------------------------------------- HTTP lookups
 
 _HTTP_LOOP_GRACE_S = 0.005  # how long past its deadline a waiter gives the loop to report the timeout itself
-_RECV_BYTES = 65536
-# connect_ex on a non-blocking socket: the connection goes on in the background.
-_CONNECTING = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR})
-_USER_AGENT = f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}"  # what the urllib path sends
-# The answers `_HttpExchange._plain` reads itself: a final status (no 1xx), a head of a sensible size.
-_PLAIN_STATUS = re.compile(rb"HTTP/1\.[01] ([2-9][0-9][0-9])(?: [^\r\n]*)?")
-_PLAIN_HEAD_MAX = 16384
-# Connections kept open after an answer, per (host, port, TLS): a frontier's lookups of one measure service
-# reuse them, without a TCP (and TLS) handshake or the service's accepting a connection each (against the
-# bench's service, the first of ten lookups reached it ~0.65 ms after it was sent on an open connection, ~1.8
-# ms on a new one). Closed after a while idle, before common servers time them out (gunicorn: 2 s).
+# Connections kept open after an answer: a frontier's lookups of one measure service reuse them, without a TCP
+# (and TLS) handshake each. Closed after a while idle, before common servers time them out (gunicorn: 2 s).
+_KEPT_CONNECTIONS = 32
 _IDLE_MAX_S = 1.5
-_IDLE_PER_HOST = 32
-_URL_FORBIDDEN = re.compile("[\x00-\x20\x7f]")  # what http.client refuses in a request line or Host
+# What lookups have always sent: no compression (the body limit is on the bytes that come), JSON both ways.
+_LOOKUP_HEADERS = {
+    "User-Agent": f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}",
+    "Accept-Encoding": "identity",
+    "Content-Type": "application/json",
+    "Accept": "application/json",
+}
 
 
-@functools.cache
-def _h11_request_sent() -> tuple[h11.Request, h11.EndOfMessage]:
-    import h11
+class _HttpLookups:
+    """The process's HTTP lookups: one event loop thread, one pooled httpx client on it.
 
-    return (
-        h11.Request(method="POST", target="/", headers=[("Host", "lookup")]),
-        h11.EndOfMessage(),
-    )
-
-
-@functools.lru_cache(maxsize=256)
-def _http_target(
-    url: str,
-) -> tuple[str, int, bool, bytes, tuple[tuple[Any, ...], ...] | None]:
-    """(host, port, https, the request's head up to its Content-Length, the addresses of an IP literal host
-    or None) of a measure URL, worked out once per URL: a frontier starts ten lookups of one URL at once, and
-    parsing it, IDNA-encoding the host and asking getaddrinfo for each was a third of starting them. Only an
-    IP literal's addresses are kept (they cannot change); a hostname is resolved for every lookup."""
-    parts = urllib.parse.urlsplit(url)
-    host, port = parts.hostname, parts.port  # .port raises ValueError for a port that is none
-    if not host:
-        raise MeasureFailed(f"http measure URL {url!r} names no host")
-    https = parts.scheme == "https"
-    default_port = 443 if https else 80
-    port = port or default_port
-    if not host.isascii():
-        host = host.encode("idna").decode("ascii")
-    authority = f"[{host}]" if ":" in host else host
-    if port != default_port:
-        authority += f":{port}"
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    for text in (target, authority):
-        if _URL_FORBIDDEN.search(text):
-            raise http.client.InvalidURL(f"URL can't contain control characters. {text!r}")
-    # Written here rather than by h11, whose header checks cost ~25 us a request; h11 is told what it needs
-    # to frame the answer (a POST, HTTP/1.1) by events built once.
-    head = (
-        f"POST {target} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: {_USER_AGENT}\r\n"
-        "Accept-Encoding: identity\r\nContent-Type: application/json\r\nAccept: application/json\r\n"
-    ).encode("ascii")
-    addresses = None
-    # AI_NUMERICHOST: an IP literal is taken as it is, and this call can never wait on DNS.
-    with suppress(socket.gaierror):
-        addresses = tuple(
-            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-        )
-    return host, port, https, head, addresses
-
-
-class _HttpLoop:
-    """One daemon thread per process running a ``selectors`` loop over every HTTP lookup under way.
-
-    Other threads hand it work with `call_soon` (a list, and one byte on a socketpair to wake it up). Only the
-    loop thread touches an exchange's socket and parser, and it closes the socket at the exchange's deadline,
-    so no exchange outlives its timeout. Started on first use, and again in a forked child, which has none
-    of its parent's threads.
+    Both are made on first use, and anew in a forked child (Celery prefork, gunicorn): the parent's loop
+    thread is not there, and two processes on one connection would mix their answers.
     """
 
     def __init__(self) -> None:
         self._reset()
-        os.register_at_fork(after_in_child=self._after_fork_in_child)
+        os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._selector: selectors.BaseSelector | None = None
-        self._wake_r: socket.socket | None = None
-        self._wake_w: socket.socket | None = None
-        self._incoming: list[tuple[_HttpExchange, Callable[[], None]]] = []
-        self.live: set[_HttpExchange] = set()  # what the loop holds to its deadline; loop thread only
-        # Open connections between two exchanges, newest last, with when each went idle; loop thread only.
-        self.idle: dict[tuple[str, int, bool], list[tuple[socket.socket, float]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx2.AsyncClient | None = None  # loop thread only
+        self._tasks: set[asyncio.Task[None]] = set()  # loop thread only
 
-    def take_idle(self, key: tuple[str, int, bool]) -> socket.socket | None:
-        """An open connection to this host, if one is idle and sound (loop thread only). One the server has
-        closed, or that has something to say before it was asked, is readable: it is closed, not used."""
-        kept = self.idle.get(key)
-        now = time.monotonic()
-        while kept:
-            sock, since = kept.pop()
-            if now - since < _IDLE_MAX_S:
-                with suppress(OSError, ValueError):
-                    if not select.select([sock], [], [], 0)[0]:
-                        return sock
-            with suppress(OSError):
-                sock.close()
-        return None
-
-    def put_idle(self, key: tuple[str, int, bool], sock: socket.socket) -> None:
-        kept = self.idle.setdefault(key, [])
-        now = time.monotonic()
-        _close_oldest(kept, now, room=1)
-        kept.append((sock, now))
-
-    def call_soon(self, exchange: _HttpExchange, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the loop thread, unless ``exchange`` is over by then; what it raises ends it."""
+    def start(self, url: str, body: bytes, timeout_s: float) -> _Pending:
+        pending = _Pending(timeout_s, grace_s=_HTTP_LOOP_GRACE_S)
         with self._lock:
-            if self._thread is None:
-                self._start()
-            wake_w = self._wake_w
-            self._incoming.append((exchange, fn))
-            wake = len(self._incoming) == 1  # otherwise a wake-up is on its way already
-        if wake and wake_w is not None:
-            # Full buffer: wake-ups the loop has yet to read, so it will look anyway.
-            with suppress(BlockingIOError):
-                wake_w.send(b"\0")
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="preflight-http", daemon=True).start()
+            loop = self._loop
+        loop.call_soon_threadsafe(self._spawn, self._exchange(pending, url, body, timeout_s), pending)
+        return pending
 
     def in_flight(self) -> int:
-        """How many exchanges the loop holds (none once all have ended)."""
-        return len(self.live)
+        """How many lookups the loop holds (none once all have ended)."""
+        return len(self._tasks)
 
-    @property
-    def selector(self) -> selectors.BaseSelector:
-        assert self._selector is not None
-        return self._selector
-
-    def _start(self) -> None:
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._thread = threading.Thread(target=self._serve, name="preflight-http", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        selector, live, idle = self.selector, self.live, self.idle
-        while True:
-            try:
-                wake_at = [exchange.deadline for exchange in live]
-                wake_at += [kept[0][1] + _IDLE_MAX_S for kept in idle.values() if kept]
-                timeout = max(0.0, min(wake_at) - time.monotonic()) if wake_at else None
-                for key, _ in selector.select(timeout):
-                    if key.data is None:
-                        self._take_incoming()
-                    else:
-                        key.data.run(key.data.on_ready)
-                now = time.monotonic()
-                for exchange in [exchange for exchange in live if exchange.deadline <= now]:
-                    exchange.run(exchange.expire)
-                for host, kept in list(idle.items()):  # connections idle too long are closed
-                    _close_oldest(kept, now)
-                    if not kept:
-                        del idle[host]
-            except Exception:
-                # A bug here must not stop the loop: every later lookup of the process would time out.
-                logger.exception("the HTTP lookup loop failed; it goes on")
-
-    def _take_incoming(self) -> None:
-        assert self._wake_r is not None
-        with suppress(BlockingIOError):
-            while self._wake_r.recv(4096):
-                pass
+    def forget_client(self) -> None:
+        """The next lookup gets a new client: the environment's proxies and `_tls_context` are read anew."""
         with self._lock:
-            incoming, self._incoming = self._incoming, []
-        for exchange, fn in incoming:
-            exchange.run(fn)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._drop_client)
 
-    def _after_fork_in_child(self) -> None:
-        # The loop thread did not survive the fork. What it held is closed in the child only (the parent's
-        # copies stay open): a child holding a copy would keep a connection up after the parent closed it.
-        held = [self._wake_r, self._wake_w]
-        held += [exchange.sock for exchange in [*self.live, *(item[0] for item in self._incoming)]]
-        held += [sock for kept in self.idle.values() for sock, _ in kept]
-        for sock in held:
-            if sock is not None:
-                with suppress(OSError):
-                    sock.close()
-        if self._selector is not None:
-            with suppress(OSError):
-                self._selector.close()
-        self._reset()
+    def _spawn(self, work: Coroutine[Any, Any, None], pending: _Pending | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)  # the loop keeps only a weak reference to a task
 
+        def ended(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if pending is not None:
+                pending.done.set()
 
-_http_loop = _HttpLoop()
+        task.add_done_callback(ended)
 
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._spawn(self._client.aclose())
+            self._client = None
 
-def _close_oldest(kept: list[tuple[socket.socket, float]], now: float, *, room: int = 0) -> None:
-    """Close a host's idle connections that have idled too long, and the oldest beyond its cap less `room`."""
-    while kept and (len(kept) > _IDLE_PER_HOST - room or now - kept[0][1] >= _IDLE_MAX_S):
-        with suppress(OSError):
-            kept.pop(0)[0].close()
-
-
-class _HttpExchange:
-    """One lookup's POST, run by the HTTP loop. To `StartedMeasure` it looks like `_Call`: ``outcome.value``
-    is ``(status, body)``, as urllib gave it (``(status, b"")`` unless 2xx; redirects are not followed),
-    ``outcome.error`` what went wrong, and ``timed_out`` once the deadline passed.
-
-    Steps: resolve (a runner thread, unless the host is an IP literal), connect to each address in turn as
-    socket.create_connection does, TLS handshake, send, receive; each goes as far as the socket lets it
-    whenever the socket is ready. A connection kept from an earlier answer to the same host skips to the
-    send (`_HttpLoop.take_idle`); one the server closes before any of the answer came is replaced by a new
-    one (the request is sent again: a lookup reads and changes nothing). The common answer (a final
-    status, a Content-Length, no Transfer-Encoding) is read as it is; for any other, h11 reads what came
-    (chunked or until close; 1xx skipped; or the error), and its connection is not kept.
-    """
-
-    def __init__(
-        self,
-        request: bytes,
-        host: str,
-        port: int,
-        tls: ssl.SSLContext | None,
-        timeout_s: float,
-    ) -> None:
-        self.outcome = _Outcome()
-        self.deadline = time.monotonic() + timeout_s
-        self.sock: socket.socket | None = None
-        self._done = threading.Event()
-        self._request, self._host, self._port, self._tls = request, host, port, tls
-        self._parser: h11.Connection | None = None  # once an answer needs it
-        self._raw = bytearray()  # the answer so far, while it is read without h11
-        self._length: int | None = None  # its Content-Length, once its head is read
-        self._addresses: list[tuple[Any, ...]] | None = None
-        self._last_error: OSError | None = None
-        self._step: Callable[[], bool] | None = None  # what to do when the socket is ready
-        self._watching = 0
-        self._sent = 0
-        self._status = 0
-        self._body = bytearray()
-        self._pool_key = (host, port, tls is not None)
-        self._reused = False  # on a kept connection (`_HttpLoop.take_idle`)
-        self._keep = False  # the answer lets the connection be kept: HTTP/1.1, no "Connection: close"
-
-    @classmethod
-    def start(cls, url: str, body: bytes, timeout_s: float) -> _HttpExchange:
-        host, port, https, head, addresses = _http_target(url)
-        request = head + f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
-        tls = _tls_context() if https else None
-        exchange = cls(request, host, port, tls, timeout_s)
-        exchange._addresses = None if addresses is None else egress.check_addresses(host, port, addresses)
-        _http_loop.call_soon(exchange, exchange._begin)
-        return exchange
-
-    # ---- the waiting side (any thread)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the answer is in or its time is up, or for `timeout`; True once either has happened."""
-        left = self.deadline + _HTTP_LOOP_GRACE_S - time.monotonic()
-        if timeout is not None and timeout < left:
-            return self._done.wait(max(0.0, timeout))
-        return self._done.wait(max(0.0, left)) or True
-
-    def result(self) -> _Outcome:
-        # The loop reports the timeout itself; the grace only covers a loop thread that fell behind.
-        if not self._done.wait(max(0.0, self.deadline + _HTTP_LOOP_GRACE_S - time.monotonic())):
-            return _Outcome(timed_out=True)
-        return self.outcome
-
-    # ---- the loop side (the loop thread, except _resolve)
-
-    def run(self, fn: Callable[[], Any]) -> None:
-        if self._done.is_set():
-            return  # over already: a resolver that came back late, an event after the end
-        try:
-            fn()
-        except Exception as exc:
-            if self._reused and not self._raw and not self._status:
-                # A kept connection the server closed meanwhile (it may, between two requests): nothing of
-                # an answer came, so the lookup, which reads and changes nothing, goes on a new one.
-                self._fresh()
-                return
-            self._end(error=exc)
-
-    def _fresh(self) -> None:
-        self._unwatch()
-        if self.sock is not None:
-            with suppress(OSError):
-                self.sock.close()
-            self.sock = None
-        self._reused, self._sent, self._step = False, 0, None
-        try:
-            self._connect()
-        except Exception as exc:
-            self._end(error=exc)
-
-    def _resolve(self) -> None:
-        # On a runner thread, which hands the addresses (or the failure) back to the loop.
-        def resolved(infos: list[tuple[Any, ...]] | None, error: Exception | None) -> None:
-            if error is not None:
-                raise error
-            self._addresses = infos
-            self._connect_next()
+    async def _exchange(self, pending: _Pending, url: str, body: bytes, timeout_s: float) -> None:
+        import httpx2
 
         try:
-            infos = socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
-            # Checked once resolved, and these are the addresses connected to: no second resolution.
-            infos = egress.check_addresses(self._host, self._port, infos)
+            if self._client is None:
+                self._client = _lookup_client()
+            pending.outcome.value = await _post(self._client, url, body, timeout_s)
+        except (TimeoutError, httpx2.TimeoutException):
+            pending.outcome.timed_out = True
         except Exception as exc:
-            _http_loop.call_soon(self, functools.partial(resolved, None, exc))
-        else:
-            _http_loop.call_soon(self, functools.partial(resolved, infos, None))
+            pending.outcome.error = exc
 
-    def _begin(self) -> None:
-        if self.deadline <= time.monotonic():
-            self.expire()  # the loop got to it late: connecting now would only open a socket to close
-            return
-        _http_loop.live.add(self)
-        self.sock = _http_loop.take_idle(self._pool_key)
-        if self.sock is not None:
-            self._reused = True
-            self._step = self._send
-            self.on_ready()
-            return
-        self._connect()
 
-    def _connect(self) -> None:
-        if self._addresses is None:
-            _runners.run(self._resolve)  # DNS can take seconds: never on the loop thread
-        else:
-            self._connect_next()
+_http_lookups = _HttpLookups()
 
-    def _connect_next(self) -> None:
-        while self._addresses:
-            family, kind, proto, _, address = self._addresses.pop(0)
-            try:
-                self.sock = socket.socket(family, kind, proto)
-                self.sock.setblocking(False)
-                err = self.sock.connect_ex(address)
-            except OSError as exc:
-                self._drop_socket(exc)
-                continue
-            if err in _CONNECTING:
-                self._step = self._connect_done
-                self._watch(selectors.EVENT_WRITE)
-                return
-            if err == 0:
-                self._connected()
-                self.on_ready()
-                return
-            self._drop_socket(OSError(err, os.strerror(err)))  # OSError(111, ...) is ConnectionRefusedError
-        raise self._last_error or OSError(f"getaddrinfo found no address for {self._host}")
 
-    def _connect_done(self) -> bool:
-        assert self.sock is not None
-        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            self._drop_socket(OSError(err, os.strerror(err)))
-            self._connect_next()  # the next address's step goes on from here
-            return False
-        self._connected()
-        return True
+def _lookup_client() -> httpx2.AsyncClient:
+    """No redirects (one would re-send the lookup's arguments to a place nobody configured), no cookies kept
+    between lookups, proxies from the environment. Without a proxy, connections go only to addresses the
+    allow-list admits (`_checked_transport`); through one, the proxy resolves the name `check_url`
+    admitted."""
+    import httpx2
 
-    def _drop_socket(self, error: OSError) -> None:
-        self._last_error = error
-        self._unwatch()
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
+    limits = httpx2.Limits(
+        max_connections=None, max_keepalive_connections=_KEPT_CONNECTIONS, keepalive_expiry=_IDLE_MAX_S
+    )
+    client = httpx2.AsyncClient(
+        verify=_tls_context(),
+        limits=limits,
+        follow_redirects=False,
+        trust_env=True,
+        headers=_LOOKUP_HEADERS,
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
+    del client.headers["Connection"]  # HTTP/1.1 keeps the connection without being told
+    # Set after the fact: given a transport, httpx would read no proxies from the environment.
+    client._transport = _checked_transport(_tls_context(), limits)
+    return client
 
-    def _connected(self) -> None:
-        assert self.sock is not None
-        if self._tls is None:
-            self._step = self._send
-            return
-        self._unwatch()  # wrapping detaches the plain socket object the selector holds
-        self.sock = self._tls.wrap_socket(
-            self.sock, server_hostname=self._host, do_handshake_on_connect=False
-        )
-        self._step = self._handshake
 
-    def on_ready(self) -> None:
-        """The socket is ready for what the current step waits on: go as far as it lets us."""
-        while self._step is not None:
-            try:
-                if not self._step():
-                    return
-            # A TLS step may need the other direction (a handshake message, a renegotiation).
-            except ssl.SSLWantReadError:
-                self._watch(selectors.EVENT_READ)
-                return
-            except ssl.SSLWantWriteError:
-                self._watch(selectors.EVENT_WRITE)
-                return
+async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes]:
+    """``(status, body)``: the status only unless 2xx, at most one byte of the body past the limit."""
+    import httpx2
 
-    # Each step returns True when the next one may go on at once.
-
-    def _handshake(self) -> bool:
-        assert isinstance(self.sock, ssl.SSLSocket)
-        self.sock.do_handshake()
-        self._step = self._send
-        return True
-
-    def _send(self) -> bool:
-        assert self.sock is not None
-        with suppress(BlockingIOError):
-            self._sent += self.sock.send(memoryview(self._request)[self._sent :])
-        if self._sent < len(self._request):
-            self._watch(selectors.EVENT_WRITE)
-            return False
-        self._step = self._receive
-        self._watch(selectors.EVENT_READ)  # the answer is not there yet: no point trying to read it now
-        return False
-
-    def _receive(self) -> bool:
-        assert self.sock is not None
-        # On until the socket would block: TLS may hold decrypted bytes (sock.pending()) no selector sees.
-        while self._step is not None:
-            try:
-                data = self.sock.recv(_RECV_BYTES)
-            except BlockingIOError:
-                self._watch(selectors.EVENT_READ)
-                return False
-            self._take(data)
-        return False
-
-    def _take(self, data: bytes) -> None:
-        import h11  # here, not at the top: ~20 ms of import that a process without HTTP lookups never needs
-
-        if not data and not self._status and not self._raw:
-            # What http.client says; h11 would say it "can't handle event type ConnectionClosed".
-            raise http.client.RemoteDisconnected("Remote end closed connection without response")
-        parser = self._parser
-        if parser is None:
-            self._raw += data
-            if self._plain(eof=not data):
-                return
-            # An answer the plain reading does not take: h11 reads it from its first byte.
-            parser = self._parser = h11.Connection(h11.CLIENT)
-            for event in _h11_request_sent():
-                parser.send(event)
-            parser.receive_data(bytes(self._raw))
-            if not data:
-                parser.receive_data(b"")  # the end of the stream, to h11
-        else:
-            parser.receive_data(data)
+    # The whole exchange, as httpx's own timeouts are per read: a server dripping its answer is cut off too.
+    async with asyncio.timeout(timeout_s):
         while True:
-            event = parser.next_event()
-            if event is h11.NEED_DATA:
-                if not data:  # h11 raises for a cut-off answer; this only makes sure nothing waits on
-                    raise http.client.IncompleteRead(bytes(self._body))
-                return
-            if isinstance(event, h11.Response):
-                self._status = event.status_code
-                if not 200 <= self._status < 300:
-                    self._end(value=(self._status, b""))  # as urllib's HTTPError path: the status only
-                    return
-            elif isinstance(event, h11.Data):
-                self._body += event.data
-                if len(self._body) > MAX_MEASURE_BODY_BYTES:
-                    self._end(value=(self._status, bytes(self._body[: MAX_MEASURE_BODY_BYTES + 1])))
-                    return
-            elif isinstance(event, h11.EndOfMessage):
-                self._end(value=(self._status, bytes(self._body)))
-                return
-            elif not isinstance(event, h11.InformationalResponse):
-                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} in the answer")
+            connected = False
 
-    def _plain(self, *, eof: bool) -> bool:
-        """Read the common answer without h11: HTTP/1.x, a final status, one Content-Length, no
-        Transfer-Encoding (h11 cost ~40 us an answer here, a tenth of it; a frontier's ten answers are parsed
-        one after another on this thread). True if it is one (over now, or waiting for more of its body);
-        False for any other, which h11 then reads, errors included."""
-        raw = self._raw
-        if self._length is None:
-            end = raw.find(b"\r\n\r\n")
-            if end < 0:
-                return not eof and len(raw) < _PLAIN_HEAD_MAX  # more of the head to come
-            lines = bytes(raw[:end]).split(b"\r\n")
-            status = _PLAIN_STATUS.fullmatch(lines[0])
-            if status is None:
-                return False
-            length = None
-            keep = lines[0].startswith(b"HTTP/1.1 ")
-            for line in lines[1:]:
-                name, colon, value = line.partition(b":")
-                name = name.lower()
-                if not colon or not name or name != name.strip() or name == b"transfer-encoding":
-                    return False
-                if name == b"content-length":
-                    if length is not None or not value.strip().isdigit():
-                        return False
-                    length = int(value)
-                elif name == b"connection" and b"close" in value.lower():
-                    keep = False
-            if length is None:
-                return False
-            self._status = int(status.group(1))
-            if not 200 <= self._status < 300:
-                self._end(value=(self._status, b""))  # as urllib's HTTPError path: the status only
-                return True
-            self._length, self._keep = length, keep
-            del raw[: end + 4]  # the body from here on
-        wanted = min(self._length, MAX_MEASURE_BODY_BYTES + 1)
-        if len(raw) >= wanted:
-            # Kept only if exactly the body came: anything more is not an answer to anything asked.
-            keep = self._keep and len(raw) == self._length <= MAX_MEASURE_BODY_BYTES
-            self._end(value=(self._status, bytes(raw[:wanted])), keep=keep)
-        elif eof:
-            raise http.client.IncompleteRead(bytes(raw))
-        return True
+            async def trace(event: str, info: Mapping[str, Any]) -> None:
+                nonlocal connected
+                connected = connected or event.startswith("connection.connect_tcp")
 
-    def expire(self) -> None:
-        self.outcome.timed_out = True
-        self._end()
-
-    def _end(self, *, value: Any = None, error: BaseException | None = None, keep: bool = False) -> None:
-        self._step = None
-        self._unwatch()
-        if (
-            self.sock is not None
-            and keep
-            and not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending())
-        ):
-            _http_loop.put_idle(self._pool_key, self.sock)
-            self.sock = None
-        if self.sock is not None:
-            with suppress(OSError):
-                self.sock.close()
-        self.outcome.value, self.outcome.error = value, error
-        _http_loop.live.discard(self)
-        self._done.set()
-
-    def _watch(self, events: int) -> None:
-        assert self.sock is not None
-        if self._watching == events:
-            return
-        if self._watching:
-            _http_loop.selector.modify(self.sock, events, self)
-        else:
-            _http_loop.selector.register(self.sock, events, self)
-        self._watching = events
-
-    def _unwatch(self) -> None:
-        if self._watching and self.sock is not None:
-            with suppress(KeyError, ValueError, OSError):
-                _http_loop.selector.unregister(self.sock)
-        self._watching = 0
+            request = client.build_request(
+                "POST", url, content=body, timeout=timeout_s, extensions={"trace": trace}
+            )
+            try:
+                response = await client.send(request, stream=True)
+            except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError):
+                if connected:
+                    raise
+                # A kept connection the server closed meanwhile (it may, between two requests): nothing of an
+                # answer came, so the lookup, which reads and changes nothing, goes again on a new one.
+                continue
+            try:
+                if not 200 <= response.status_code < 300:
+                    return response.status_code, b""
+                raw = bytearray()
+                async for chunk in response.aiter_raw():
+                    raw += chunk
+                    if len(raw) > MAX_MEASURE_BODY_BYTES:
+                        break
+                return response.status_code, bytes(raw[: MAX_MEASURE_BODY_BYTES + 1])
+            finally:
+                await response.aclose()
 
 
 def _close_thread_db_connections() -> None:

@@ -444,5 +444,6 @@ LOGGING = {
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["stderr"], "level": env_str("PREFLIGHT_LOG_LEVEL", "INFO")},
     # Django gives its own logger a console handler too; without this every line would print twice.
-    "loggers": {"django": {"handlers": [], "propagate": True}},
+    # httpx logs every request at INFO: a line per lookup and per MCP message is noise, and CPU on the worker.
+    "loggers": {"django": {"handlers": [], "propagate": True}, "httpx2": {"level": "WARNING"}},
 }

@@ -290,15 +290,13 @@ def test_an_http_lookup_through_a_proxy_to_an_unlisted_host_never_reaches_the_pr
 ) -> None:
     monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{listener.port}")
     monkeypatch.delenv("no_proxy", raising=False)
-    connectors._proxies.cache_clear()
-    connectors._opener.cache_clear()
+    connectors._http_lookups.forget_client()
     try:
         measure = {"name": "m", "kind": "http", "url": "http://internal.example/", "timeout_s": 2}
         with pytest.raises(MeasureFailed, match="host_not_allowed"):
             connectors.run_measure(measure, {})
     finally:
         monkeypatch.undo()
-        connectors._proxies.cache_clear()
-        connectors._opener.cache_clear()
+        connectors._http_lookups.forget_client()
 
     assert listener.accepted == 0
