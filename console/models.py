@@ -181,6 +181,8 @@ class Execution(models.Model):
     routes = models.CharField(max_length=200, default="", blank=True)
     gap_classes = models.CharField(max_length=200, default="", blank=True)
     unknown_count = models.PositiveIntegerField(default=0)
+    # The call in one line (preflight/summary.py) as of the latest record: what the queue shows and searches.
+    summary = models.CharField(max_length=250, default="", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -402,6 +404,18 @@ class Rejection(AppendOnly):
     reason = models.TextField()
     record = models.ForeignKey(PreflightRecord, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+class ReviewClaim(models.Model):
+    """An approver's "I am on it" for one held execution: one approver at a time, shown to the others in the
+    queue. Not a decision (nothing is granted or refused by it); its holder releases it."""
+
+    execution = models.OneToOneField(Execution, on_delete=models.CASCADE, related_name="claim")
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="claims")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} claimed by {self.approver_id}"
 
 
 class Grant(models.Model):

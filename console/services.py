@@ -54,6 +54,7 @@ from preflight.errors import ChecklistError, ExpressionError, RequestError
 from preflight.grants import read_claims
 from preflight.recheck import Recheck, recheck_failures, recheck_for
 from preflight.request import Observation, parse_request
+from preflight.summary import summarize
 
 logger = logging.getLogger(__name__)
 
@@ -358,9 +359,7 @@ def _measure_config(kind: str, url: str, config: dict[str, Any]) -> dict[str, An
             raise egress.EgressRefused(
                 "invalid_connector", "url: an mcp measure's server is config.connector"
             )
-        config["connector"] = connectors.checked_connector(
-            config.get("connector"), what="config.connector"
-        )
+        config["connector"] = connectors.checked_connector(config.get("connector"), what="config.connector")
         if config["connector"]["kind"] == "python":
             raise egress.EgressRefused("invalid_connector", "config.connector.kind: mcp_stdio or mcp_http")
         for key in ("tool", "field"):
@@ -574,9 +573,7 @@ def _exhausted_lookups(execution: models.Execution, record: Record, now: datetim
     keys = tuple(m.key for m in record.measures)
     counts = _lookup_counts(execution, keys)
     # Lookups lost to our infrastructure are retried on their own budget (`_back_off_lost_lookups`).
-    exhausted = [
-        m for m in record.measures if _tries(counts.get(m.key, (0, 0, 0))) >= MAX_LOOKUPS_PER_KEY
-    ]
+    exhausted = [m for m in record.measures if _tries(counts.get(m.key, (0, 0, 0))) >= MAX_LOOKUPS_PER_KEY]
     for m in exhausted:
         models.Observation.objects.create(
             execution=execution,
@@ -711,8 +708,15 @@ def _preflight_reads(
 # What a new record changes on its execution.
 _RECORD_FIELDS = (
     *("records", "verdict", "contract", "timing_at", "updated_at"),
-    *("routes", "gap_classes", "unknown_count"),
+    *("routes", "gap_classes", "unknown_count", "summary"),
 )
+
+
+def _call_summary(record: Record, contract: models.ToolContract | None, data: Mapping[str, Any]) -> str:
+    """The queue's line for this record: the contract's `x-preflight.summary`, or the tool and its first
+    settled arguments. The engine contract is the one the preflight just compiled (cached by digest)."""
+    template = records.engine_contract(contract).extension.summary if contract is not None else None
+    return summarize(template, record.tool, record.principal, data["slots"])
 
 
 # The preflight, its gap report and its grant go into the audit chain in one write, at the end; the rows that
@@ -736,6 +740,7 @@ def _store_record(
     data = record.to_json()
     # The execution carries its latest record's summary; written with the execution's own INSERT or UPDATE.
     execution.routes, execution.gap_classes, execution.unknown_count = models.record_summary(data)
+    execution.summary = _call_summary(record, contract, data)
     if execution._state.adding:
         # What Execution.save() does on insert, then the INSERT without the ORM's per-call SQL building.
         execution.conversation_key = execution.conversation_key or models.conversation_key(

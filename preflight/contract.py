@@ -14,6 +14,7 @@ from .canonical import digest
 from .errors import ContractError, ExpressionError
 from .expressions import Expression, compile_expression
 from .labels import ParsedLabels, parse_labels
+from .summary import SummaryTemplate, compile_summary
 
 __all__ = [
     "SOURCES",
@@ -131,6 +132,8 @@ _EXTENSION_SCHEMA: dict[str, Any] = {
             },
         },
         "notices": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        # The call in one line for the review queue: "send {arg.amount} EUR to {arg.to_account}".
+        "summary": {"type": "string", "minLength": 1, "maxLength": 500},
     },
 }
 _EXTENSION_VALIDATOR = jsonschema.Draft202012Validator(_EXTENSION_SCHEMA)
@@ -199,6 +202,7 @@ class Extension:
     notices: tuple[str, ...] = ()
     consent: ConsentSpec | None = None
     effect_key: Expression | None = None
+    summary: SummaryTemplate | None = None
 
     @property
     def rechecked(self) -> tuple[ConditionSpec, ...]:
@@ -405,6 +409,12 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
         if any(not r.startswith("arg:") for r in effect_key.reads):
             # The key is computed from the granted payload alone, before anything is measured.
             raise ContractError(name, "effect_key may read only arguments", "x-preflight/effect_key")
+    summary = None
+    if raw.get("summary"):
+        try:
+            summary = compile_summary(raw["summary"], _argument_paths(schema) if schema is not None else None)
+        except ValueError as exc:
+            raise ContractError(name, f"summary: {exc}", "x-preflight/summary") from None
     return Extension(
         state_change=raw.get("state_change"),
         effects=tuple(raw.get("effects") or ()),
@@ -416,6 +426,7 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
         notices=tuple(raw.get("notices") or ()),
         consent=consent,
         effect_key=effect_key,
+        summary=summary,
     )
 
 

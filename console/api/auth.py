@@ -28,9 +28,7 @@ class Agent:
         self.token = token
         # An operator token's actions are audited as the operator's; whether the user still holds the role
         # is `console.api.permissions.IsOperator`'s question, asked on every call.
-        self.username = (
-            f"operator-token:{token.name}" if token.is_operator_token else f"agent:{token.name}"
-        )
+        self.username = f"operator-token:{token.name}" if token.is_operator_token else f"agent:{token.name}"
 
     def __str__(self) -> str:
         return self.username

@@ -16,7 +16,7 @@ from typing import Any
 from django import forms
 from django.core.paginator import Paginator
 from django.db.models import F, QuerySet
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
@@ -53,10 +53,16 @@ class RecordFilter(CatalogFilter):
     date_to = forms.DateField(required=False, label="to", widget=forms.DateInput(attrs={"type": "date"}))
     q = forms.CharField(required=False, max_length=100, label="execution id or digest")
 
+    page = forms.IntegerField(required=False, min_value=1)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name, field in self.fields.items():
             field.widget.attrs["aria-label"] = name
+
+    def problems(self) -> list[str]:
+        """Each invalid filter and why: said instead of listing (or exporting) every record."""
+        return [f"{name}: {' '.join(errors)}" for name, errors in self.errors.items()]
 
 
 def filtered(data: dict[str, Any]) -> QuerySet[models.PreflightRecord]:
@@ -111,10 +117,12 @@ def _rows(
 @require_GET
 def records(request: HttpRequest) -> HttpResponse:
     form = RecordFilter(request.GET)
-    data = form.cleaned_data if form.is_valid() else {}
-    paginator = Paginator(_rows(filtered(data)), PAGE_SIZE)
-    page = paginator.get_page(request.GET.get("page"))
     template = "console/audit/records.html"
+    if not form.is_valid():
+        empty = Paginator(models.PreflightRecord.objects.none(), PAGE_SIZE).get_page(1)
+        context = {"form": form, "page": empty, "problems": form.problems()}
+        return render(request, template, context, status=400)
+    page = Paginator(_rows(filtered(form.cleaned_data)), PAGE_SIZE).get_page(form.cleaned_data["page"])
     if request.htmx:  # type: ignore[attr-defined]
         template += "#records"
     return render(request, template, {"form": form, "page": page})
@@ -153,11 +161,18 @@ class _Echo:
         return value
 
 
-def _export_rows(request: HttpRequest, *, with_record: bool = False) -> Iterator[dict[str, Any]]:
+def _export_filter(request: HttpRequest) -> RecordFilter | HttpResponse:
+    """The list page's filters, or a 400 naming the invalid ones: an export is exactly what the page lists."""
     form = RecordFilter(request.GET)
-    data = form.cleaned_data if form.is_valid() else {}
+    if not form.is_valid():
+        reason = "These filters are not valid, so nothing is exported: " + "; ".join(form.problems())
+        return HttpResponseBadRequest(reason, content_type="text/plain; charset=utf-8")
+    return form
+
+
+def _export_rows(form: RecordFilter, *, with_record: bool = False) -> Iterator[dict[str, Any]]:
     # Streamed in chunks from a server-side cursor: an export of every record never sits in memory.
-    yield from _rows(filtered(data), with_record=with_record).iterator(chunk_size=200)
+    yield from _rows(filtered(form.cleaned_data), with_record=with_record).iterator(chunk_size=200)
 
 
 def _filename(ext: str) -> str:
@@ -166,12 +181,15 @@ def _filename(ext: str) -> str:
 
 @role_required(AUDITOR)
 @require_GET
-def export_csv(request: HttpRequest) -> StreamingHttpResponse:
+def export_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    form = _export_filter(request)
+    if isinstance(form, HttpResponse):
+        return form
     writer = csv.writer(_Echo())
 
     def lines() -> Iterator[str]:
         yield writer.writerow(EXPORT_COLUMNS)
-        for row in _export_rows(request):
+        for row in _export_rows(form):
             row["created_at"] = row["created_at"].isoformat()
             yield writer.writerow([csv_cell(row[c]) for c in EXPORT_COLUMNS])
 
@@ -182,12 +200,15 @@ def export_csv(request: HttpRequest) -> StreamingHttpResponse:
 
 @role_required(AUDITOR)
 @require_GET
-def export_jsonl(request: HttpRequest) -> StreamingHttpResponse:
+def export_jsonl(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """One line per record: the columns of the CSV plus the full record, which its digest can be checked
     against (sha256 over the RFC 8785 canonical JSON of the record without `record_digest`)."""
+    form = _export_filter(request)
+    if isinstance(form, HttpResponse):
+        return form
 
     def lines() -> Iterator[str]:
-        for row in _export_rows(request, with_record=True):
+        for row in _export_rows(form, with_record=True):
             out = {c: row[c] for c in EXPORT_COLUMNS}
             out["created_at"] = row["created_at"].isoformat()
             out["execution_id"] = str(row["execution_id"])

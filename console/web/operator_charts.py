@@ -162,6 +162,11 @@ class BarChart:
     def label_x(self) -> int:
         return self.label_w - 8
 
+    @property
+    def label_chars(self) -> int:
+        """How many characters of a 12 px label fit left of the bars (a longer one is cut, never clipped)."""
+        return self.label_x // 8
+
 
 def stacked_bars(
     *,

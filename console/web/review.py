@@ -1,4 +1,4 @@
-"""The approver's pages: the queue of held executions and the review form of one execution.
+"""The approver's review form of one execution (the queue is console/web/queue.py).
 
 Every view is a recipe: check the role, fetch, validate a form, call one service, then render or redirect.
 Without JavaScript each form is a full POST answered by a redirect back to the page; with htmx the same
@@ -23,7 +23,6 @@ from django_htmx.http import reswap, retarget
 
 from console import models, review_services, services
 from console.errors import ServiceError
-from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, has_role, role_required
 from console.web.review_rows import (
     Context,
@@ -55,21 +54,6 @@ class ApproveExecutionForm(forms.Form):
 
 class RejectForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea)
-
-
-# ---- queue --------------------------------------------------------------------------------------------
-
-
-@role_required(APPROVER, AUDITOR)
-@require_GET
-def queue(request: HttpRequest) -> HttpResponse:
-    form = review_queue.QueueFilter(request.GET)
-    filters = form.cleaned_data if form.is_valid() else {}
-    page = review_queue.held(filters)
-    template = "console/review/queue.html"
-    if request.htmx:  # type: ignore[attr-defined]
-        template += "#queue"  # the 5 s refresh and the filter form swap only the list
-    return render(request, template, {"form": form, "page": page})
 
 
 # ---- review form --------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""The held-executions queue: filters, counts per route, one page — a fixed handful of indexed queries however
-many executions wait (10,000 render in well under 100 ms; see bench/console.py).
+"""The held-executions queue: filters, search, counts per route, one page — a fixed handful of indexed
+queries however many executions wait (10,000 render in well under 100 ms; see bench/console.py) — and the
+recently decided executions, so work that leaves the queue can still be found.
 
-Route, gap class and unknown count are columns of the execution (of its latest record, as its verdict is),
-so the counts and the page read one partial index and never a record's JSON. Executions of one conversation
-are shown together, at the place of the first of them, with a link to all of them.
+Route, gap class, unknown count and the call's one-line summary are columns of the execution (of its latest
+record, as its verdict is), so the counts and the page read one partial index and never a record's JSON.
+Executions of one conversation are shown together, at the place of the first of them, with a link to all.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from datetime import timedelta
 from typing import Any
 
 from django import forms
-from django.db.models import Count, F, QuerySet
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from console import models
@@ -22,6 +24,15 @@ from console.web.review_rows import age
 
 HELD = models.HELD_VERDICTS
 ROUTES = ("ask_user", "measure", "hold", "provider_gap", "unsupported")
+# Why a call waits, in words, per route of its unresolved slots.
+ROUTE_WORDS = {
+    "ask_user": "waits for the user's answer",
+    "measure": "waits for a lookup",
+    "hold": "held for an approver's decision",
+    "provider_gap": "the tool's definition lacks what is needed",
+    "unsupported": "uses a schema construct the gate cannot read",
+}
+VERDICT_ROUTE = {"ask": "ask_user", "measure": "measure", "hold": "hold"}
 GAP_CLASSES = ("user_gap", "provider_gap", "source_gap", "implementation_gap")
 AGES = {
     "5m": timedelta(minutes=5),
@@ -29,10 +40,30 @@ AGES = {
     "1d": timedelta(days=1),
     "7d": timedelta(days=7),
 }
+SORTS = {"oldest": ("created_at", "id"), "newest": ("-created_at", "-id")}
+DECISIONS = ("granted", "rejected", "expired")
 PAGE_SIZE = 50
 
 
-class QueueFilter(CatalogFilter):
+class _Choices(CatalogFilter):
+    q = forms.CharField(required=False, max_length=100, strip=True)
+    page = forms.IntegerField(required=False, min_value=1)
+
+    def selects(self) -> list[tuple[str, list[tuple[str, str]], str]]:
+        """(name, choices, selected) of each drop-down, for the template to write out itself: Django's widget
+        templates would render every <option> through the template engine, on every 5 s refresh."""
+        out = []
+        for name, field in self.fields.items():
+            if isinstance(field, forms.ChoiceField):
+                out.append((name, list(field.choices), str(self.data.get(name, ""))))  # type: ignore[arg-type]
+        return out
+
+    def problems(self) -> list[str]:
+        """Each invalid filter and why, for the page to say instead of listing everything."""
+        return [f"{name}: {' '.join(errors)}" for name, errors in self.errors.items()]
+
+
+class QueueFilter(_Choices):
     route = forms.ChoiceField(required=False, choices=[("", "any route"), *((r, r) for r in ROUTES)])
     gap = forms.ChoiceField(required=False, choices=[("", "any gap"), *((g, g) for g in GAP_CLASSES)])
     age = forms.ChoiceField(
@@ -45,24 +76,20 @@ class QueueFilter(CatalogFilter):
             ("7d", "waiting > 7 days"),
         ],
     )
-    page = forms.IntegerField(required=False, min_value=1)
+    sort = forms.ChoiceField(required=False, choices=[("", "oldest first"), ("newest", "newest first")])
+    mine = forms.BooleanField(required=False)
     conversation = forms.CharField(required=False, max_length=80, widget=forms.HiddenInput)
 
-    def selects(self) -> list[tuple[str, list[tuple[str, str]], str]]:
-        """(name, choices, selected) of each drop-down, for the template to write out itself: Django's widget
-        templates would render every <option> through the template engine, on every 5 s refresh."""
-        out = []
-        for name, field in self.fields.items():
-            if isinstance(field, forms.ChoiceField):
-                out.append((name, list(field.choices), str(self.data.get(name, ""))))  # type: ignore[arg-type]
-        return out
+
+class DecidedFilter(_Choices):
+    decision = forms.ChoiceField(required=False, choices=[("", "any decision"), *((d, d) for d in DECISIONS)])
 
 
 @dataclass(frozen=True, slots=True)
 class QueuePage:
     rows: list[dict[str, Any]]
-    counts: dict[str, int]  # per route, over the other filters
-    total: int  # held executions matching every filter
+    counts: dict[str, int]  # per route (per decision in the decided view), over the other filters
+    total: int  # executions matching every filter
     number: int
     pages: int
 
@@ -75,18 +102,59 @@ class QueuePage:
         return self.number < self.pages
 
 
-def held(filters: dict[str, Any]) -> QueuePage:
-    base: QuerySet[models.Execution] = models.Execution.objects.filter(verdict__in=HELD)
+def _searched(qs: QuerySet[models.Execution], q: str) -> QuerySet[models.Execution]:
+    """Words of the summary, the tool, the principal or the server, each word anywhere in one of them."""
+    for word in q.split()[:5]:
+        qs = qs.filter(
+            Q(summary__icontains=word)
+            | Q(principal__icontains=word)
+            | Q(contract__name__icontains=word)
+            | Q(contract__server__name__icontains=word)
+        )
+    return qs
+
+
+def _catalog(qs: QuerySet[models.Execution], filters: dict[str, Any]) -> QuerySet[models.Execution]:
     if filters.get("server"):
-        base = base.filter(contract__server__name=filters["server"])
+        qs = qs.filter(contract__server__name=filters["server"])
     if filters.get("tool"):
-        base = base.filter(contract__name=filters["tool"])
+        qs = qs.filter(contract__name=filters["tool"])
+    if filters.get("q"):
+        qs = _searched(qs, filters["q"])
+    return qs
+
+
+def _page_of(total: int, filters: dict[str, Any]) -> tuple[int, int, int]:
+    pages = max(1, -(-total // PAGE_SIZE))
+    number = min(filters.get("page") or 1, pages)
+    return number, pages, (number - 1) * PAGE_SIZE
+
+
+_ROW_FIELDS = (
+    "id",
+    "principal",
+    "verdict",
+    "created_at",
+    "updated_at",
+    "conversation_key",
+    "routes",
+    "gap_classes",
+    "unknown_count",
+    "summary",
+)
+
+
+def held(filters: dict[str, Any], *, user: AbstractBaseUser | None = None) -> QueuePage:
+    """The page of held executions `filters` (QueueFilter's cleaned data) asks for; `mine` needs `user`."""
+    base: QuerySet[models.Execution] = _catalog(models.Execution.objects.filter(verdict__in=HELD), filters)
     if filters.get("gap"):
         base = base.filter(gap_classes__contains=f" {filters['gap']} ")
     if filters.get("age") in AGES:
         base = base.filter(created_at__lte=timezone.now() - AGES[filters["age"]])
     if filters.get("conversation"):
         base = base.filter(conversation_key=filters["conversation"])
+    if filters.get("mine") and user is not None:
+        base = base.filter(claim__approver=user)
 
     # Every count from one pass over the partial index: executions per combination of routes (a handful of
     # distinct values), summed per route here. The route counts ignore the route filter, so each one says
@@ -103,24 +171,63 @@ def held(filters: dict[str, Any]) -> QueuePage:
         rows_qs = base.filter(routes__contains=f" {filters['route']} ")
         total = counts[filters["route"]]
 
-    pages = max(1, -(-total // PAGE_SIZE))
-    number = min(filters.get("page") or 1, pages)
-    start = (number - 1) * PAGE_SIZE
+    number, pages, start = _page_of(total, filters)
     rows = list(
-        rows_qs.order_by("created_at", "id").values(
-            "id",
-            "principal",
-            "verdict",
-            "created_at",
-            "conversation_key",
-            "routes",
-            "gap_classes",
-            "unknown_count",
-            server=F("contract__server__name"),
-            tool=F("contract__name"),
+        rows_qs.order_by(*SORTS.get(filters.get("sort") or "oldest", SORTS["oldest"])).values(
+            *_ROW_FIELDS, server=F("contract__server__name"), tool=F("contract__name")
         )[start : start + PAGE_SIZE]
     )
-    return QueuePage(_grouped(rows), counts, total, number, pages)
+    return QueuePage(_grouped(_claimed(rows)), counts, total, number, pages)
+
+
+def decided(filters: dict[str, Any]) -> QueuePage:
+    """Executions that waited and were decided — granted, rejected or expired — most recent first: decided
+    work leaves the queue but not the approver's sight."""
+    waited = models.PreflightRecord.objects.filter(execution=OuterRef("pk"), verdict__in=HELD)
+    kinds = {
+        "rejected": Q(rejected_at__isnull=False),
+        "expired": Q(expired_at__isnull=False),
+        "granted": Q(verdict="execute", rejected_at__isnull=True, expired_at__isnull=True, waited=True),
+    }
+    base = _catalog(models.Execution.objects.annotate(waited=Exists(waited)), filters)
+    base = base.filter(kinds["rejected"] | kinds["expired"] | kinds["granted"])
+    aggregate = base.aggregate(**{k: Count("pk", filter=q) for k, q in kinds.items()})
+    counts = {k: aggregate[k] or 0 for k in DECISIONS}
+    rows_qs = base
+    total = sum(counts.values())
+    if filters.get("decision") in DECISIONS:
+        rows_qs = base.filter(kinds[filters["decision"]])
+        total = counts[filters["decision"]]
+    number, pages, start = _page_of(total, filters)
+    rows = list(
+        rows_qs.order_by("-updated_at", "-id").values(
+            *_ROW_FIELDS,
+            "rejected_at",
+            "expired_at",
+            server=F("contract__server__name"),
+            tool=F("contract__name"),
+            rejected_by=F("rejection__reviewer__username"),
+            rejected_for=F("rejection__reason"),
+        )[start : start + PAGE_SIZE]
+    )
+    now = timezone.now()
+    for row in rows:
+        row["decision"] = "rejected" if row["rejected_at"] else "expired" if row["expired_at"] else "granted"
+        when = row["rejected_at"] or row["expired_at"] or row["updated_at"]
+        row["decided_ago"] = age((now - when).total_seconds())
+    return QueuePage(rows, counts, total, number, pages)
+
+
+def _claimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Who claimed each row, in one read for the page."""
+    claims = dict(
+        models.ReviewClaim.objects.filter(execution_id__in=[r["id"] for r in rows]).values_list(
+            "execution_id", "approver__username"
+        )
+    )
+    for row in rows:
+        row["claimed_by"] = claims.get(row["id"])
+    return rows
 
 
 def _grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -143,6 +250,10 @@ def _grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row["group_size"] = sizes.get(key, 1)
             row["group_first"] = i == 0
             row["route_list"] = row["routes"].split()
+            # A hold with no unresolved slot waits for an approval (of a value or of the call).
+            row["why"] = [ROUTE_WORDS[r] for r in row["route_list"] if r in ROUTE_WORDS] or [
+                ROUTE_WORDS[VERDICT_ROUTE[row["verdict"]]]
+            ]
             row["gap_list"] = row["gap_classes"].split()
             row["waiting"] = age((now - row["created_at"]).total_seconds())
             out.append(row)

@@ -3,12 +3,15 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.web import audit, review, user_answers
+from console.web import audit, queue, review, user_answers
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("executions/", review.queue, name="review-queue"),
+    path("executions/", queue.queue, name="review-queue"),
+    path("executions/decided/", queue.decided, name="review-decided"),
+    path("executions/<uuid:execution_id>/claim/", queue.claim, name="review-claim"),
+    path("executions/<uuid:execution_id>/unclaim/", queue.unclaim, name="review-unclaim"),
     path("executions/<uuid:execution_id>/", review.review, name="review-execution"),
     path("executions/<uuid:execution_id>/progress/", review.progress, name="review-progress"),
     path("executions/<uuid:execution_id>/approve-slot/", review.approve_slot, name="review-approve-slot"),

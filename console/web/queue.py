@@ -1,0 +1,95 @@
+"""The approver's queue: held executions to triage (search, sort, filter, claim) and the recently decided.
+
+Views are recipes: check the role, validate the filter form, call one selector or service, render or
+redirect. An invalid filter is a 400 that says which and why, never the whole list. Without JavaScript the
+filter form reloads the page and a claim is a POST answered by a redirect back; with htmx the filter form
+and the 5 s refresh swap only the `#queue` partial.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from console import claim_services
+from console.errors import ServiceError
+from console.web import review_queue
+from console.web.access import APPROVER, AUDITOR, role_required
+
+QUEUE = "console/review/queue.html"
+DECIDED = "console/review/decided.html"
+
+
+class BackForm(forms.Form):
+    next = forms.CharField(required=False, max_length=2000)
+
+
+@role_required(APPROVER, AUDITOR)
+@require_GET
+def queue(request: HttpRequest) -> HttpResponse:
+    form = review_queue.QueueFilter(request.GET)
+    if not form.is_valid():
+        return _refused(request, QUEUE, form)
+    page = review_queue.held(form.cleaned_data, user=request.user)  # type: ignore[arg-type]
+    return render(request, _partial(request, QUEUE), {"form": form, "page": page})
+
+
+@role_required(APPROVER, AUDITOR)
+@require_GET
+def decided(request: HttpRequest) -> HttpResponse:
+    form = review_queue.DecidedFilter(request.GET)
+    if not form.is_valid():
+        return _refused(request, DECIDED, form)
+    page = review_queue.decided(form.cleaned_data)
+    return render(request, _partial(request, DECIDED), {"form": form, "page": page})
+
+
+@role_required(APPROVER, what="Claiming an execution")
+@require_POST
+def claim(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    return _claim_action(
+        request, claim_services.claim_take, execution_id, "Claimed: the others see it is yours."
+    )
+
+
+@role_required(APPROVER, what="Releasing a claim")
+@require_POST
+def unclaim(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    return _claim_action(request, claim_services.claim_release, execution_id, "Released.")
+
+
+def _claim_action(request: HttpRequest, service: Any, execution_id: Any, done: str) -> HttpResponse:
+    try:
+        service(execution_id=execution_id, approver=request.user)
+    except ServiceError as exc:
+        messages.error(request, exc.detail)
+    else:
+        messages.success(request, done)
+    return redirect(_back(request))
+
+
+def _back(request: HttpRequest) -> str:
+    """Back to the queue as the approver was looking at it (only a path on this site)."""
+    form = BackForm(request.POST)
+    target = form.cleaned_data["next"] if form.is_valid() else ""
+    safe = url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()})
+    return target if target.startswith("/") and safe else "/executions/"
+
+
+def _partial(request: HttpRequest, template: str) -> str:
+    # The filter form and the 5 s refresh swap only the list.
+    return template + "#queue" if request.htmx else template  # type: ignore[attr-defined]
+
+
+def _refused(
+    request: HttpRequest, template: str, form: review_queue.QueueFilter | review_queue.DecidedFilter
+) -> HttpResponse:
+    page = review_queue.QueuePage([], {}, 0, 1, 1)
+    context = {"form": form, "page": page, "problems": form.problems()}
+    return render(request, template, context, status=400)
