@@ -24,12 +24,15 @@ class Unprocessable(ServiceError):
 
 class InvalidAnswer(Unprocessable):
     """An answer its question's schema refuses (422 `invalid_answer`): it settled nothing. `slot` names the
-    question, `reason` says what the schema refuses."""
+    question, `reason` says what the schema refuses, `accepts` what it takes (in words, from that schema)."""
 
-    def __init__(self, slot: str, reason: str, code: str = "invalid_answer") -> None:
+    def __init__(
+        self, slot: str, reason: str, code: str = "invalid_answer", accepts: str | None = None
+    ) -> None:
         super().__init__(code, f"{slot}: {reason}")
         self.slot = slot
         self.reason = reason
+        self.accepts = accepts
 
 
 class Conflict(ServiceError):

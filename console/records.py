@@ -35,6 +35,7 @@ from preflight import (
 )
 from preflight.canonical import digest
 from preflight.record import Record, SlotState
+from preflight.validation import same_json
 
 _lock = threading.Lock()
 _contracts: dict[tuple[str, str], ToolContract] = {}
@@ -529,9 +530,16 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
     pending = set()
     approvals = []
     # Rows come kind by kind, each oldest first, so the newest answer and observation of a key win.
+    own: dict[str, Answer] = {}  # the requesting user's latest answer of each key
     for kind, row_pk, key, value, who, at, text, error, retry_after in raw_rows(*evidence_read(execution)):
         if kind == 1:
-            answers[key] = Answer(json_value(value), who, id=f"answer-{row_pk}")
+            answer = Answer(json_value(value), who, id=f"answer-{row_pk}", after_user_answer=key in own)
+            if who == execution.principal:
+                own[key] = answer
+            elif key in own and same_json(own[key].value, answer.value):
+                # A reviewer's edit back to the user's own answer: the user's answer is the source again.
+                answer = own[key]
+            answers[key] = answer
         elif kind == 2 and at is None:
             pending.add(key)
         elif kind == 2 and _retry_due(retry_after, now):

@@ -46,7 +46,7 @@ from preflight import (
     select_tool,
     verify_grant,
 )
-from preflight.answers import answer_problem, rememberable
+from preflight.answers import accepted_form, answer_problem, normalise_answer, rememberable
 from preflight.approvals import value_digest
 from preflight.canonical import canonical_json, digest
 from preflight.confirmations import bound_answer, is_user_yes_key
@@ -961,7 +961,7 @@ def _refused_answer(
             asked.setdefault(key, _YES_SCHEMA)
         problem = answer_problem(plan, key, value, asked)
         if problem is not None:
-            return InvalidAnswer(key, problem)
+            return InvalidAnswer(key, problem, accepts=accepted_form(plan, key, asked))
     for key in remember:
         if not rememberable(plan, key):
             reason = "this slot does not take remembered values (its sources lack user_answer or preset)"
@@ -985,6 +985,7 @@ def _execution_answer(
         raise Conflict("already_ran", "this execution already ran; submit a new one")
     for key in answers:
         _check_answer_key(execution, key)
+    answers = {key: normalise_answer(key, value) for key, value in answers.items()}
     _check_user_yes(answers, channel=channel, remember=remember)
     for key in remember:
         if key not in answers:

@@ -343,6 +343,11 @@ class _Run:
         for source in sources:
             if source == "user_answer":
                 a = evidence.answers.get(key)
+                if a is not None and self.users_own_words(a, sources, cand, schema):
+                    # A reviewer's edit back to what the user's own words say adds nothing of its own: the
+                    # user's turn stays the source (and no second approver is needed for it).
+                    assert cand is not None and cand.pointer is not None
+                    return self._found(res, "instruction", cand.value, _pointer_json(cand.pointer))
                 if a is not None:
                     return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             elif source == "instruction":
@@ -402,6 +407,17 @@ class _Run:
             if not res.findings or res.findings[-1].source != source:
                 res.findings.append(_NO_RESULT[source])
         return res
+
+    def users_own_words(
+        self, a: Answer, sources: Sequence[str], cand: Candidate | None, schema: Mapping[str, Any] | None
+    ) -> bool:
+        """Whether an answer by someone other than the requesting user (a reviewer) gives exactly the value
+        the user's own words hold: a candidate whose pointer verifies, on a slot that takes instruction."""
+        if a.answered_by == self.request.principal or a.after_user_answer or "instruction" not in sources:
+            return False
+        if cand is None or cand.pointer is None or not same_json(cand.value, a.value):
+            return False
+        return check_pointer(self.request.conversation, cand.pointer, cand.value, schema).ok
 
     @staticmethod
     def _found(res: _Resolution, source: str, value: Any, pointer: Mapping[str, Any] | None) -> _Resolution:
@@ -567,7 +583,8 @@ class _Run:
         res = _Resolution()
         timing = self.request.timing
         for source in ob.sources:
-            if source == "user_answer" and (a := self.answer(ob.key)) is not None:
+            a = self.answer(ob.key) if source == "user_answer" else None
+            if a is not None and not self.reviewer_restores_timing(a, ob.sources):
                 return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             if source == "instruction" and timing is not None:
                 value = {"mode": timing.mode, "at": timing.at.isoformat() if timing.at else None}
@@ -598,6 +615,20 @@ class _Run:
                 return self._found(res, source, p.value, {"preset": p.id})
             res.findings.append(_NO_RESULT[source])
         return res
+
+    def reviewer_restores_timing(self, a: Answer, sources: Sequence[str]) -> bool:
+        """A reviewer's timing that is the one the user's words gave: the user's turn stays the source."""
+        timing = self.request.timing
+        if a.answered_by == self.request.principal or a.after_user_answer or "instruction" not in sources:
+            return False
+        if timing is None or timing.pointer is None:
+            return False
+        at = _timing_at(a.value)
+        if at is _BAD or at != (timing.at.astimezone(UTC) if timing.at else None):
+            return False
+        text = _span_text(self.request, timing.pointer)
+        check = check_pointer(self.request.conversation, timing.pointer, text or "\x00", None)
+        return check.ok and bool(text and text.strip())
 
     def intent_slot(self, ob: FixedObligation, res: _Resolution) -> None:
         label = _INTENT_LABELS[ob.key]

@@ -58,6 +58,9 @@ class Answer:
     value: Any
     answered_by: str
     id: str = ""
+    # A reviewer's answer given after the user had answered the slot themselves: their turn no longer
+    # speaks for them, so an edit that matches the turn does not restore it as the source.
+    after_user_answer: bool = False
 
 
 @dataclass(frozen=True, slots=True)

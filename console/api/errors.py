@@ -71,6 +71,8 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     set_rollback()
     if isinstance(exc, InvalidAnswer):
         body = {"error": exc.code, "detail": exc.detail, "slot": exc.slot, "reason": exc.reason}
+        if exc.accepts:
+            body["accepts"] = exc.accepts
         return Response(body, status=422)
     if isinstance(exc, ServiceError):
         return error(exc.code, exc.detail, _SERVICE_STATUS.get(type(exc), 400))

@@ -8,8 +8,9 @@ view answers with the `#review` partial, which the page swaps in place.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
@@ -22,8 +23,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
 from console import models, review_services, services
-from console.errors import ServiceError
-from console.web.access import APPROVER, AUDITOR, has_role, role_required
+from console.errors import InvalidAnswer, ServiceError
+from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
 from console.web.review_rows import (
     Context,
     approved_values,
@@ -32,6 +33,7 @@ from console.web.review_rows import (
     parse_edit,
     short,
     slot_rows,
+    values_before_edits,
 )
 
 REVIEW = "console/review/review.html"
@@ -54,6 +56,8 @@ class ApproveExecutionForm(forms.Form):
 
 class RejectForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea)
+    # Set by the confirm step (a page without JS, a dialog with it): a rejection is final.
+    confirmed = forms.BooleanField(required=False)
 
 
 # ---- review form --------------------------------------------------------------------------------------
@@ -100,7 +104,11 @@ def _review_context(request: HttpRequest, execution: models.Execution) -> dict[s
         definition=execution.contract.definition if execution.contract else None,
         can_edit=approver and open_,
         can_approve=approver and open_ and not own,
+        final=not open_,
     )
+    edited = [s["key"] for s in record.get("slots") or [] if _by_reviewer(s, answers)]
+    if edited:
+        ctx.before = values_before_edits(_older_records(execution, latest.seq), edited, ctx)
     rows = slot_rows(record, ctx)
     pending, why_not = review_services.pending_call_approvals(record)
     grant = models.Grant.objects.filter(record=latest).order_by("-pk").first()
@@ -140,7 +148,73 @@ def _review_context(request: HttpRequest, execution: models.Execution) -> dict[s
         "open": open_,
         "own": own,
         "approver": approver,
+        "provider_gaps": _provider_gaps(request, record) if open_ and why_not else [],
+        "version": _version(execution),
+        "next_held": _next_held(execution),
     }
+
+
+def _by_reviewer(s: Mapping[str, Any], answers: Mapping[str, tuple[str, str]]) -> bool:
+    pointer = s.get("pointer") or {}
+    return (
+        s.get("source") == "user_answer" and answers.get(str(pointer.get("answer")), ("",))[0] == "reviewer"
+    )
+
+
+def _provider_gaps(request: HttpRequest, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The provider gaps a hold rests on, each with its report when one was filed, else where an operator
+    files one: what can be done about a hold no answer or approval settles."""
+    gaps = [g for g in record.get("gaps") or [] if g.get("class") == "provider_gap"]
+    if not gaps:
+        return []
+    server, tool = record.get("server") or "", record.get("tool") or ""
+    reports = {
+        r.slot: r
+        for r in models.GapReport.objects.filter(
+            cls="provider_gap", server=server, tool=tool, slot__in=[g["slot"] for g in gaps]
+        ).order_by("pk")
+    }
+    may_file = has_role(request.user, OPERATOR)
+    out = []
+    for gap in gaps:
+        query = urlencode(
+            {
+                "cls": "provider_gap",
+                "server": server,
+                "tool": tool,
+                "slot": gap["slot"],
+                "contract_digest": record.get("contract_digest") or "",
+            }
+        )
+        report = reports.get(gap["slot"])
+        out.append(
+            {
+                "slot": gap["slot"],
+                "detail": gap.get("detail") or "",
+                "report": report,
+                "report_url": reverse("operator:gap-report", args=[report.pk]) if report else None,
+                "file_url": f"{reverse('operator:gap-report-new')}?{query}"
+                if may_file and not report
+                else None,
+            }
+        )
+    return out
+
+
+def _version(execution: models.Execution) -> str:
+    """What the live poll compares: any record, decision or run moves it (each writes the execution row)."""
+    return f"{execution.records}-{execution.updated_at.timestamp():.6f}"
+
+
+def _next_held(execution: models.Execution) -> str | None:
+    """The review page of the next held execution after this one in the queue's order (oldest first)."""
+    held = models.Execution.objects.filter(verdict__in=models.HELD_VERDICTS).exclude(pk=execution.pk)
+    nxt = (
+        held.filter(created_at__gt=execution.created_at)
+        .order_by("created_at", "pk")
+        .values_list("pk", flat=True)
+    ).first() or held.order_by("created_at", "pk").values_list("pk", flat=True).first()
+    return reverse("review-execution", args=[nxt]) if nxt else None
 
 
 def _older_records(execution: models.Execution, seq: int, chunk: int = 10) -> Iterator[dict[str, Any]]:
@@ -195,6 +269,22 @@ def progress(request: HttpRequest, execution_id: Any) -> HttpResponse:
     return render(request, REVIEW + "#progress", context)
 
 
+@role_required(APPROVER, AUDITOR)
+@require_GET
+def live(request: HttpRequest, execution_id: Any) -> HttpResponse:
+    """Polled every 5 s by the open page: 204 (nothing to swap) while the version it shows is current, the
+    whole review region once another approver acted, a lookup returned or the verdict moved."""
+    execution = _execution(execution_id)
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect("review-execution", execution.pk)
+    if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
+        execution = _execution(execution_id)
+    if request.GET.get("v") == _version(execution):
+        return HttpResponse(status=204)
+    response = render(request, REVIEW + "#review", _review_context(request, execution))
+    return retarget(reswap(response, "outerHTML"), "#review")  # type: ignore[arg-type]
+
+
 def _done(request: HttpRequest, execution: models.Execution) -> HttpResponse:
     """After an action: the swapped partial for htmx, a redirect back to the page otherwise."""
     if request.htmx:  # type: ignore[attr-defined]
@@ -209,6 +299,14 @@ def _refused(request: HttpRequest, exc: ServiceError) -> None:
             f"You requested this execution ({exc.detail}). Another approver has to review it."
         )
     messages.error(request, exc.detail)
+
+
+def _label(execution: models.Execution, slot_key: str) -> str:
+    """A slot's label in the latest record, for messages that name it in words."""
+    record = models.PreflightRecord.objects.get(execution=execution, seq=execution.records).record
+    return next(
+        (s.get("label") or slot_key for s in record.get("slots") or [] if s["key"] == slot_key), slot_key
+    )
 
 
 def _form_errors(request: HttpRequest, form: forms.Form) -> None:
@@ -235,7 +333,7 @@ def approve_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
     except ServiceError as exc:
         _refused(request, exc)
     else:
-        messages.success(request, f"{slot}: approved")
+        messages.success(request, f"{_label(execution, slot)}: approved")
     return _done(request, execution)
 
 
@@ -252,22 +350,31 @@ def answer_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
     if slot.startswith("arg:") and execution.contract is not None:
         schema = arg_schema(execution.contract.definition, slot[4:])
     try:
-        value = parse_edit(text, schema)
-    except ValueError as exc:
-        messages.error(request, f"{slot}: {exc}")
-        return _done(request, execution)
-    try:
         review_services.execution_reviewer_answer(
             execution_id=execution.pk,
             slot_key=slot,
-            value=value,
+            value=parse_edit(text, schema),
             reviewer=request.user,  # type: ignore[arg-type]
         )
+    except InvalidAnswer as exc:
+        return _edit_refused(request, execution, exc, text)
     except ServiceError as exc:
         _refused(request, exc)
     else:
-        messages.success(request, f"{slot}: your value is recorded and the execution was preflighted again")
+        label = _label(_execution(execution.pk), slot)
+        messages.success(request, f"{label}: your value is recorded and the execution was preflighted again")
     return _done(request, execution)
+
+
+def _edit_refused(
+    request: HttpRequest, execution: models.Execution, exc: InvalidAnswer, text: str
+) -> HttpResponse:
+    """A value the engine's answer check refuses settles nothing: the page again (422, the partial for htmx),
+    the field keeping what was typed, the reason and the accepted form on it."""
+    context = _review_context(request, execution)
+    context["edit_error"] = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
+    template = REVIEW + "#review" if request.htmx else REVIEW  # type: ignore[attr-defined]
+    return render(request, template, context, status=422)
 
 
 @role_required(APPROVER, what=ACTION)
@@ -299,6 +406,11 @@ def reject(request: HttpRequest, execution_id: Any) -> HttpResponse:
     if not form.is_valid():
         _form_errors(request, form)
         return _done(request, execution)
+    if not form.cleaned_data["confirmed"]:
+        # Final, so asked once more: a page of its own without JS (with JS the dialog set `confirmed`).
+        context = {"execution": execution, "reason": form.cleaned_data["reason"]}
+        context["url"] = reverse("review-reject", args=[execution.pk])
+        return render(request, "console/review/reject_confirm.html", context)
     try:
         review_services.execution_reject(
             execution_id=execution.pk,

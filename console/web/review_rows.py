@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from itertools import pairwise
 from typing import Any
+
+from stdnum import iban
 
 from console.api import parsers as json_text
 from preflight.approvals import value_digest
@@ -19,6 +21,39 @@ from preflight.confirmations import is_user_yes_key
 # Slots a reviewer may give a value for (the same set the answer service accepts, less fixed:tool, whose
 # answer is a choice among tools the console never names).
 ANSWERABLE_FIXED = ("fixed:timing", "fixed:action_name")
+
+# The words a reviewer reads; the record's own key stays on hover (title) for whoever needs it.
+ROUTES = {
+    "ask_user": ("the user is asked", "only the requesting user can settle it: the agent asks them"),
+    "measure": ("being looked up", "a system lookup settles it; this page updates when it returns"),
+    "hold": ("held", "nobody may settle it now: a lookup failed, or it waits for a decision"),
+    "provider_gap": (
+        "missing from the tool's definition",
+        "the tool's definition does not declare what is needed; asking the user cannot fix it",
+    ),
+    "unsupported": ("not understood here", "this gate cannot read the schema construct, so it holds"),
+}
+APPROVALS = {
+    "required": ("needs an approver", "an approver's yes to this exact value is required"),
+    "void": ("approval void", "the value changed after it was approved: it needs approving again"),
+    "approved": ("approved", "an approver approved this exact value"),
+}
+HELP = {
+    "fixed:tool": "which tool the call goes to",
+    "fixed:action_name": "the user's own words for what should be done",
+    "fixed:intended_change": "what the call changes, as the tool declares it",
+    "fixed:timing": "when the call should run",
+}
+HELP_BY_PREFIX = (
+    ("arg:", "an argument the tool receives"),
+    ("cond:", "a condition checked before the call may run"),
+    ("confirm:", "the requesting user's yes to this value"),
+    ("consent:", "the requesting user's yes to the whole call, as shown"),
+    ("approval:", "an approver's yes to the whole call, bound to its payload"),
+    ("user:", "a rule set for this user"),
+    ("branch:", "which form of the arguments applies"),
+    ("review:", "the final decision on this call"),
+)
 
 
 @dataclass(slots=True)
@@ -34,6 +69,12 @@ class SlotRow:
     kind: str
     status: str
     value: str
+    value_title: str = ""  # the value as the record has it, where the shown words differ (null, grouped)
+    help: str = ""
+    route_text: str = ""
+    route_help: str = ""
+    approval_text: str = ""
+    approval_help: str = ""
     source: str | None = None  # the badge text
     source_css: str = ""
     source_href: str | None = None
@@ -53,6 +94,9 @@ class SlotRow:
     edit_hint: str = ""
     # (argument, old, new) since the last approval; the argument is named only for a whole-call approval
     change: list[tuple[str, str, str]] = field(default_factory=list)
+    # A reviewer's edit: (the value it replaced, where that value came from); "" when nothing was settled
+    replaced: tuple[str, str] | None = None
+    replaced_new: str = ""  # the new value as the diff shows it (raw, where grouping would hide the change)
 
     def as_dict(self) -> dict[str, Any]:
         """For the template: a dict resolves each `row.x` on the first try, where an object costs Django's
@@ -85,6 +129,30 @@ def show(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def grouped(value: Any) -> str:
+    """A value as a person reads it: an IBAN (checksum-valid) in groups of four, anything else as `show`."""
+    text = show(value)
+    compact = text.replace(" ", "")
+    if isinstance(value, str) and 15 <= len(compact) <= 34 and compact.isalnum() and iban.is_valid(compact):
+        return str(iban.format(compact))
+    return text
+
+
+def when_text(value: datetime | str | None, zone: tzinfo = UTC) -> str:
+    """One way to write a time everywhere: `2026-12-02 10:21:43 UTC`, in `zone`, its name always shown.
+    An ISO string is read first; what does not read is shown as it is."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def short(digest: str | None) -> str:
@@ -134,17 +202,14 @@ def schema_types(schema: Mapping[str, Any]) -> list[str]:
 
 def parse_edit(text: str, schema: Mapping[str, Any]) -> Any:
     """A reviewer's typed value, read by the argument's declared type: a string argument takes the text as
-    written ("00123" stays a string); anything else is JSON. ValueError, in words, if it does not read."""
-    types = schema_types(schema)
-    if types == ["string"]:
+    written ("00123" stays a string); anything else is JSON, and text that is not JSON is the text itself.
+    Whether the slot takes it is the engine's to say (its answer check), never a second copy here."""
+    if schema_types(schema) == ["string"]:
         return text
     try:
         return json_text.loads(text)
     except ValueError:
-        if not types or "string" in types:
-            return text  # undeclared or string-or-else: text that is not JSON is the text itself
-        wanted = " or ".join(types)
-        raise ValueError(f"expected {wanted} (as JSON, e.g. 120 or true), got {text!r}") from None
+        return text
 
 
 @dataclass(slots=True)
@@ -157,6 +222,9 @@ class Context:
     definition: Mapping[str, Any] | None = None  # the contract's tool definition (argument schemas)
     can_edit: bool = False
     can_approve: bool = False
+    # Rejected, expired or ran: nothing is required of anyone any more, so nothing reads as waiting.
+    final: bool = False
+    before: Mapping[str, tuple[Any, str]] = field(default_factory=dict)  # see values_before_edits
 
 
 def slot_rows(record: Mapping[str, Any], ctx: Context) -> list[SlotRow]:
@@ -171,16 +239,21 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
         kind=s.get("kind") or "",
         status=status,
         value=_value_text(s),
-        route=s.get("route") if status == "unknown" else None,
+        help=HELP.get(key) or next((text for prefix, text in HELP_BY_PREFIX if key.startswith(prefix)), ""),
+        route=s.get("route") if status == "unknown" and not ctx.final else None,
         labels=list(s.get("labels") or ()),
-        approval=s.get("approval"),
+        approval=s.get("approval") if not ctx.final or s.get("approval") == "approved" else None,
         detail=s.get("detail") or (f"waits for {', '.join(s['waits_for'])}" if s.get("waits_for") else None),
     )
+    if row.value != show(s.get("value")) and status != "unknown":
+        row.value_title = show(s.get("value"))
+    row.route_text, row.route_help = ROUTES.get(row.route or "", (row.route or "", ""))
+    row.approval_text, row.approval_help = APPROVALS.get(row.approval or "", (row.approval or "", ""))
     _source(row, s, ctx)
     findings = s.get("findings") or []
 
     if status == "unknown":
-        row.css.append("unresolved")
+        row.css.append("closed" if ctx.final else "unresolved")
     if "candidate" in s:
         # A model proposal whose pointer did not hold (or that had none): shown, never counted.
         row.css.append("unverified")
@@ -235,12 +308,24 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
         row.css.append("void")
         if key in ctx.approved:
             row.change = _changes(key, ctx.approved[key], s, record)
+    if row.source_css == "reviewer" and key in ctx.before:
+        old, old_source = ctx.before[key]
+        old_text, row.replaced_new = (grouped(old) if old is not None else ""), row.value
+        if old_text == row.value:
+            old_text, row.replaced_new = show(old), show(s.get("value"))  # differs in spacing only: say so
+        row.replaced = (old_text, old_source)
+        if row.change and row.change[0][1] == row.replaced[0]:
+            row.change = []  # the same old value: one line says it
 
     row.editable = ctx.can_edit and (key.startswith(("arg:", "branch:")) or key in ANSWERABLE_FIXED)
     if row.editable:
         schema = arg_schema(ctx.definition, key[4:]) if key.startswith("arg:") else {}
         row.edit_hint = " or ".join(schema_types(schema)) or (
-            "text" if not key.startswith("arg:") else "JSON"
+            "JSON"
+            if key.startswith("arg:")
+            else "immediate, or a date-time with offset"
+            if key == "fixed:timing"
+            else "text"
         )
         if status == "known":
             value = s.get("value")
@@ -261,10 +346,13 @@ def _value_text(s: Mapping[str, Any]) -> str:
     if is_user_yes_key(key) and status == "known":
         return "the user said no" if value is False else f"the user said yes (to {short(value)})"
     if status == "null":
-        return "null" if value is None else show(value)
-    if key == "fixed:timing" and isinstance(value, Mapping):
-        return "immediately" if value.get("mode") == "immediate" else f"at {value.get('at')}"
-    return show(value)
+        return "left out" if value is None else show(value)
+    if key == "fixed:timing":
+        if value == "immediate" or (isinstance(value, Mapping) and value.get("mode") == "immediate"):
+            return "immediately"
+        at = value.get("at") if isinstance(value, Mapping) else value
+        return f"at {when_text(at)}" if isinstance(at, str) else show(value)
+    return grouped(value)
 
 
 def _source(row: SlotRow, s: Mapping[str, Any], ctx: Context) -> None:
@@ -291,7 +379,7 @@ def _source(row: SlotRow, s: Mapping[str, Any], ctx: Context) -> None:
         except ValueError:
             when = None
         if when is not None:
-            row.source = f"observed {when:%H:%M:%S} · {age((ctx.now - when).total_seconds())} ago"
+            row.source = f"observed {when_text(when)} · {age((ctx.now - when).total_seconds())} ago"
         else:
             row.source = "observed"
     elif source == "prior_state":
@@ -324,6 +412,27 @@ def _changes(
             if old.get(name) != new.get(name)
         ]
     return [("", show(old), show(s.get("value")))]
+
+
+def values_before_edits(
+    history: Iterable[Mapping[str, Any]], keys: Sequence[str], ctx: Context
+) -> dict[str, tuple[Any, str]]:
+    """For each slot a reviewer's answer settles now, the value it had before any reviewer's edit and where
+    that came from (newest record first): what the edit replaced. (None, "") when nothing had settled it."""
+    wanted = set(keys)
+    found: dict[str, tuple[Any, str]] = {}
+    for record in history:
+        for s in record.get("slots") or []:
+            if s["key"] not in wanted or s["key"] in found:
+                continue
+            probe = SlotRow(key=s["key"], label="", kind="", status=s["status"], value="")
+            _source(probe, s, ctx)
+            if probe.source_css == "reviewer":
+                continue  # an earlier edit: look further back
+            found[s["key"]] = (s.get("value"), probe.source or "") if s["status"] != "unknown" else (None, "")
+        if len(found) == len(wanted):
+            break
+    return {key: found.get(key, (None, "")) for key in wanted}
 
 
 def approved_values(history: Iterable[Mapping[str, Any]], void_keys: Sequence[str]) -> dict[str, Any]:

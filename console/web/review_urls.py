@@ -14,6 +14,7 @@ urlpatterns = [
     path("executions/<uuid:execution_id>/unclaim/", queue.unclaim, name="review-unclaim"),
     path("executions/<uuid:execution_id>/", review.review, name="review-execution"),
     path("executions/<uuid:execution_id>/progress/", review.progress, name="review-progress"),
+    path("executions/<uuid:execution_id>/live/", review.live, name="review-live"),
     path("executions/<uuid:execution_id>/approve-slot/", review.approve_slot, name="review-approve-slot"),
     path("executions/<uuid:execution_id>/answer/", review.answer_slot, name="review-answer"),
     path(

@@ -74,7 +74,7 @@ def test_an_approver_reviews_a_held_transfer_until_it_may_execute(
     # Red: nobody said which account the money comes from; its route says who can settle it.
     source = slot(page, "arg:from_account")
     expect(source).to_have_class(re.compile(r"\bunresolved\b"))
-    expect(source.locator(".route")).to_have_text("ask_user")
+    expect(source.locator(".route")).to_have_text("the user is asked")
     expect(source).to_have_css("background-color", RED)
     # Amber: the model proposed a memo without pointing at the user's words. Shown, never counted.
     memo = slot(page, "arg:memo")
@@ -87,7 +87,7 @@ def test_an_approver_reviews_a_held_transfer_until_it_may_execute(
     screenshot(page, "review-form")
 
     # The recipient is the user's to confirm: the approver sees that as evidence, with no button of theirs.
-    expect(slot(page, "arg:to_account").get_by_role("button", name="Approve arg:to_account")).to_have_count(0)
+    expect(slot(page, "arg:to_account").get_by_role("button", name="Approve to account")).to_have_count(0)
     expect(slot(page, "confirm:arg:to_account")).to_contain_text("the user's to answer, not an approver's")
 
     # The user answers through the agent; the balance lookup runs; the user confirms and consents.
@@ -137,12 +137,12 @@ def test_an_approvers_edit_waits_for_another_approver_and_shows_what_changed(
     # Dave changes the value: gina's approval was for the old one, and dave cannot approve his own edit.
     edit(page, "arg:memo", "gas")
     memo = slot(page, "arg:memo")
-    expect(memo.locator(".approval-void")).to_have_text("void")
+    expect(memo.locator(".approval-void")).to_have_text("approval void")
     expect(memo.get_by_test_id("change").locator("del")).to_have_text("rent")
     expect(memo.get_by_test_id("change").locator("ins")).to_have_text("gas")
     expect(memo.locator(".badge")).to_contain_text("reviewer answer · user:dave")
     screenshot(page, "review-void-diff")
-    memo.get_by_role("button", name="Approve arg:memo").click()
+    memo.get_by_role("button", name="Approve memo").click()
     expect(page.locator(".messages")).to_contain_text("another approver has to approve it")
     assert (
         frank.username == "frank" and not models.Approval.objects.filter(approver__username="dave").exists()
@@ -163,11 +163,11 @@ def test_every_review_form_works_without_javascript(browser_page: Callable[..., 
     page = browser_page(person("dave", "approver"), javascript=False)
 
     page.goto(f"/executions/{execution.pk}/")
-    slot(page, "arg:memo").get_by_role("button", name="Approve arg:memo").click()
+    slot(page, "arg:memo").get_by_role("button", name="Approve memo").click()
 
     expect(page).to_have_url(re.compile(rf"/executions/{execution.pk}/"))
     expect(slot(page, "arg:memo").locator(".approval-approved")).to_have_text("approved")
-    expect(page.locator(".messages")).to_contain_text("arg:memo: approved")
+    expect(page.locator(".messages")).to_contain_text("memo: approved")
 
 
 def user_answers(execution: models.Execution, answers: dict[str, Any]) -> None:

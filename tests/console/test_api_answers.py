@@ -64,6 +64,7 @@ def test_an_answer_its_question_refuses_gets_invalid_answer_and_settles_nothing(
         "detail": "arg:from_account: 12345 is not of type 'string'",
         "slot": "arg:from_account",
         "reason": "12345 is not of type 'string'",
+        "accepts": "text",
     }
     unchanged(record)
     (audit,) = refused_audit(record)

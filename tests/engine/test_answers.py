@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from preflight import compile_plan, contract_from_mcp
-from preflight.answers import answer_problem, rememberable
+from preflight.answers import accepted_form, answer_problem, normalise_answer, rememberable
 from preflight.engine import Plan
 
 TOOL: dict[str, Any] = {
@@ -108,3 +108,41 @@ def test_an_answer_for_a_slot_whose_sources_lack_user_answer_is_refused_not_swal
     assert problem is not None and "not settled by an answer" in problem
     # Also when a question for it would otherwise take the value.
     assert answer_problem(plan, "arg:vat_id", "DE123456789", {"arg:vat_id": {"type": "string"}}) is not None
+
+
+@pytest.mark.parametrize("said", ["now", "Now", " right  away ", "immediately"])
+def test_words_for_at_once_answer_the_timing_question_as_immediate(plan: Plan, said: str) -> None:
+    value = normalise_answer("fixed:timing", said)
+    assert value == "immediate" and answer_problem(plan, "fixed:timing", value, {}) is None
+
+
+def test_other_answers_are_taken_as_given() -> None:
+    assert normalise_answer("fixed:timing", "next tuesday maybe") == "next tuesday maybe"
+    assert normalise_answer("arg:note", "now") == "now"
+
+
+def test_a_timing_that_does_not_read_is_refused_in_words(plan: Plan) -> None:
+    assert answer_problem(plan, "fixed:timing", "next tuesday maybe", {}) == (
+        '"next tuesday maybe" is not a time the gate can read'
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "words"),
+    [
+        ("arg:qty", "a whole number greater than 0 (digits, no quotes), e.g. 120"),
+        ("arg:isbn", "text matching the pattern ^97[89][0-9]{10}$"),
+        ("arg:ship.city", "text of at least 2 characters or null (leave it out)"),
+        ("fixed:action_name", "text of at least 1 character"),
+        ("arg:gift_wrap", None),  # undeclared: nothing here says what it takes
+    ],
+)
+def test_the_accepted_form_is_read_from_the_schema_the_answer_is_checked_against(
+    plan: Plan, key: str, words: str | None
+) -> None:
+    assert accepted_form(plan, key, {}) == words
+
+
+def test_the_accepted_form_of_an_open_question_is_its_schema(plan: Plan) -> None:
+    asked = {"branch:#/oneOf": {"enum": ["by card", "by transfer"]}}
+    assert accepted_form(plan, "branch:#/oneOf", asked) == 'one of "by card", "by transfer"'

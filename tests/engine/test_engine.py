@@ -194,6 +194,21 @@ def test_a_user_answer_comes_before_the_instruction(grounded: ExecutionRequest) 
     assert [f.source for f in slot.findings] == ["user_answer"]
 
 
+def test_a_reviewers_answer_that_is_the_users_own_words_leaves_their_turn_the_source(
+    grounded: ExecutionRequest,
+) -> None:
+    same = Evidence(now=NOW, answers={"arg:amount": Answer(120, "user:carol", "a1")})
+    other = Evidence(now=NOW, answers={"arg:amount": Answer(90, "user:carol", "a2")})
+    after_user = Evidence(
+        now=NOW, answers={"arg:amount": Answer(120, "user:carol", "a3", after_user_answer=True)}
+    )
+
+    assert run(tool(), grounded, same).slot("arg:amount").source == "instruction"
+    assert run(tool(), grounded, other).slot("arg:amount").source == "user_answer"
+    # The user had answered since: their turn no longer speaks for them, the reviewer's answer stands.
+    assert run(tool(), grounded, after_user).slot("arg:amount").source == "user_answer"
+
+
 def test_a_preset_settles_a_slot_the_user_left_out(alice: Said) -> None:
     req = request(
         alice,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from html import unescape
 from typing import Any
 
 import pytest
@@ -85,3 +86,15 @@ def edited_by(
     review_services.execution_reviewer_answer(
         execution_id=execution.pk, slot_key=slot_key, value=value, reviewer=user
     )
+
+
+def field_error(html: str, key: str) -> str:
+    """The refusal shown on one slot's edit field, as the reviewer reads it."""
+    match = re.search(r'data-testid="edit-error">(.*?)</p>', slot_row(html, key), re.S)
+    assert match, f"no field error on {key}"
+    return unescape(match.group(1)).strip()
+
+
+def text_of(html: str) -> str:
+    """The words of some HTML, tags dropped and spaces folded: what a reader sees."""
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())

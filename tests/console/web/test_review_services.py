@@ -342,7 +342,7 @@ def test_rows_name_each_source_in_words() -> None:
 
     assert rows["arg:a"].source == "reviewer answer · user:carol"
     assert rows["arg:b"].source == "preset #3"
-    assert rows["arg:c"].source == "observed 12:00:00 · 40 s ago"
+    assert rows["arg:c"].source == "observed 2026-01-01 12:00:00 UTC · 40 s ago"
     assert (
         rows["arg:d"].source == "prior record 1234abcd#4"
         and rows["arg:d"].source_href == "/executions/1234abcd-0000/"
@@ -403,9 +403,9 @@ def test_an_edit_is_read_by_the_declared_type(text: str, schema: dict[str, Any],
     assert parse_edit(text, schema) == value
 
 
-def test_an_edit_that_does_not_read_as_its_type_is_refused() -> None:
-    with pytest.raises(ValueError, match="expected number"):
-        parse_edit("a lot", {"type": "number"})
+def test_an_edit_that_does_not_read_as_json_is_the_text_and_the_engine_decides() -> None:
+    # No second copy of the slot's validation here: the engine's answer check refuses it, in its words.
+    assert parse_edit("a lot", {"type": "number"}) == "a lot"
 
 
 def test_an_agent_answering_a_rejected_execution_is_told_it_was_rejected(
