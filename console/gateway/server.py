@@ -622,7 +622,7 @@ class Gateway:
     def _input_required(
         self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
     ) -> types.InputRequiredResult:
-        requests = None
+        requests: dict[str, types.InputRequest] | None = None
         if form is not None:
             request = types.ElicitRequest(
                 params=types.ElicitRequestFormParams(
