@@ -194,10 +194,12 @@ def _gateway(env: dict[str, str], user: Any) -> Any:
 
 
 class _Instant:
-    """A user who answers every form at once: the content, the confirmation, each proposal kept."""
+    """A user who answers every form at once: the content, the confirmation, each proposal kept, the
+    scenario's own answers (which action, for an intended change)."""
 
     def __init__(self) -> None:
         self.turns = 0
+        self.answers: dict[str, Any] = {}
 
     async def __call__(self, context: Any, params: Any) -> Any:
         import mcp_types as types
@@ -209,7 +211,9 @@ class _Instant:
             return types.ElicitResult(action="accept")
         content: dict[str, Any] = {}
         for key, prop in params.requested_schema["properties"].items():
-            if key == CONFIRM_FIELD:
+            if key in self.answers:
+                content[key] = self.answers[key]
+            elif key == CONFIRM_FIELD:
                 content[key] = True
             elif key == "fixed:timing":
                 content[key] = "immediate"
@@ -362,6 +366,7 @@ async def _turns(env: dict[str, str], scratch: Path) -> None:
     async with _gateway(env, user) as gw:
         for scenario in plan:
             user.turns = user.questions = user.singles = 0
+            user.answers = scenario.answers
             await gw.call_tool(scenario.tool, scenario.arguments, meta=scenario.meta())  # type: ignore[arg-type]
             per_blank = user.questions + user.singles
             total_gw += user.turns

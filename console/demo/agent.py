@@ -2,9 +2,12 @@
 over stdio, driven by the official Python client) the way an assistant would, with a scripted user behind
 the elicitation UI, so that the console opens on one execution of every verdict and route.
 
-Two scenarios cannot be said with one `tools/call` and go to the same services the Agent API calls: the
-smart home's "lights off" names no tool (the candidates are filtered by the intended change and the user is
-asked which), and a lookup still in flight (the embedded demo has no worker, so one lookup is left queued).
+The smart home's "lights off" goes through the gateway too: the model calls the tool whose name matches
+(`turn_off_lights`, which only sends a reminder) with the intended change in `_meta`; the gateway adds the
+fronted tools declaring that change (two providers, named differently), the one that cannot make it drops
+out, and the user is asked which action, then it runs. One scenario cannot be said with one `tools/call`
+and goes to the service the Agent API calls: a lookup still in flight (the embedded demo has no worker, so
+one lookup is left queued).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
+from console.demo import home
 from console.demo.bank import OPENING_BALANCES
 from console.gateway.server import (
     CONFIRM_FIELD,
     META_ACTION,
     META_CONVERSATION,
+    META_INTENDED,
     META_POINTERS,
     META_RECORD,
     META_TIMING,
@@ -55,6 +60,7 @@ class Scenario:
     # "cancel"; URL elicitations are accepted (the user opens the page) unless "decline".
     reply: str = "accept"
     answers: dict[str, Any] = field(default_factory=dict)
+    intended_effect: str | None = None  # the change the user asked for, when the tool may not make it
 
     def meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -68,7 +74,13 @@ class Scenario:
             if "said" in self.timing:
                 timing["pointer"] = span(self.text, self.timing["said"])
             meta[META_TIMING] = timing
+        if self.intended_effect is not None:
+            meta[META_INTENDED] = {"effect": self.intended_effect}
         return meta
+
+
+# What homebase's switch_room_off declares it does: the option the user picks among the two actions.
+ROOM_OFF = home.SPECS["homebase"][0][1]["state_change"]  # type: ignore[index]
 
 
 def scenarios(now: datetime) -> list[Scenario]:
@@ -140,6 +152,17 @@ def scenarios(now: datetime) -> list[Scenario]:
             immediate,
         ),
         Scenario(
+            "lights off: the tool named so only reminds; of the two that can, the user picks one",
+            "turn_off_lights",
+            {"room": "kitchen"},
+            "Turn off the lights in the kitchen now.",
+            {"room": "kitchen"},
+            "Turn off",
+            immediate,
+            answers={"fixed:tool": ROOM_OFF},
+            intended_effect="lights_off",
+        ),
+        Scenario(
             "an email the model drafted is sent once the user consents to the text",
             "send_email",
             {"to": "bob@example.com", "subject": "Late", "body": "Hi Bob, I'll be 20 minutes late. Alice"},
@@ -187,6 +210,8 @@ class Outcome:
     outcome: str | None
     turns: int
     error: bool
+    console_url: str | None = None
+    tool: str | None = None  # server/tool the record is for (the one chosen, for an intended change)
 
 
 def gateway_params(env: Mapping[str, str] | None = None) -> StdioServerParameters:
@@ -216,29 +241,14 @@ async def _drive(
                     record.get("outcome"),
                     user.turns,
                     bool(result.is_error),
+                    record.get("console_url"),
+                    record.get("tool"),
                 )
             )
 
 
 def run_through_gateway(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
     anyio.run(_drive, gateway_params(env), scenarios(datetime.now(UTC)), report)
-
-
-def lights_off_request() -> dict[str, Any]:
-    text = "Turn off the lights in the kitchen now."
-    return {
-        "tool_candidates": [
-            {"server": "home-lumen", "tool": "set_light_state"},
-            {"server": "home-homebase", "tool": "switch_room_off"},
-            {"server": "home-tips", "tool": "turn_off_lights"},
-        ],
-        "intended_change": {"effect": "lights_off"},
-        "principal": REQUESTER,
-        "conversation": [{"role": "user", "content": text, "trusted": True}],
-        "candidates": {"room": {"value": "kitchen", "pointer": span(text, "kitchen")}},
-        "action_name": span(text, "Turn off"),
-        "timing": {"mode": "immediate", "pointer": span(text, "now")},
-    }
 
 
 def lookup_in_flight_request() -> dict[str, Any]:

@@ -13,7 +13,8 @@ from console.demo._server import DemoTool, Refused, main, tool_definition
 
 SERVER = "bookstore"
 
-BOOKS = {
+# A book: its title, author and price.
+BOOKS: dict[str, dict[str, Any]] = {
     "9780262033848": {"title": "Introduction to Algorithms", "author": "Cormen", "price": 98.0},
     "9780131103627": {"title": "The C Programming Language", "author": "Kernighan", "price": 52.0},
     "9781593279288": {"title": "Python Crash Course", "author": "Matthes", "price": 39.0},

@@ -11,7 +11,10 @@ What a client sends and gets:
   - ``dev.preflight/conversation``: the conversation, as the Agent API takes it (turns with `trusted`);
   - ``dev.preflight/pointers``: ``{"<argument>": <pointer>}``, where in the conversation each argument is;
   - ``dev.preflight/action_name``: a pointer to the user's words naming the action;
-  - ``dev.preflight/timing``: ``{"mode": "immediate" | "at", "at"?, "pointer"?}``.
+  - ``dev.preflight/timing``: ``{"mode": "immediate" | "at", "at"?, "pointer"?}``;
+  - ``dev.preflight/intended_change``: ``{"effect": "<name>"}``, the change the user asked for: the called
+    tool and every fronted tool declaring that effect are the candidates, narrowed by it as the Agent API's
+    `tool_candidates` are (more than one left: the user is asked which action, never shown tool names).
 
   Every result carries ``_meta["dev.preflight/record"]``: the execution id, its verdict and console URL.
 
@@ -60,6 +63,7 @@ META_CONVERSATION = "dev.preflight/conversation"
 META_POINTERS = "dev.preflight/pointers"
 META_ACTION = "dev.preflight/action_name"
 META_TIMING = "dev.preflight/timing"
+META_INTENDED = "dev.preflight/intended_change"
 META_RECORD = "dev.preflight/record"
 # The one input request of a round, in InputRequiredResult.inputRequests.
 INPUT_KEY = "preflight"
@@ -117,6 +121,8 @@ class Exposed:
     definition: dict[str, Any]
     # The operator trusts this server's annotations (readOnlyHint passes, destructiveHint asks to confirm).
     trusted: bool = False
+    # The state changes its contract declares it makes (x-preflight `effects`).
+    effects: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +173,13 @@ class Gateway:
                 raise connectors.ToolCallFailed(
                     f"server {upstream.server!r} has no tools in the catalog; an operator imports it first"
                 )
-            for name, (definition, trusted) in pinned.items():
+            for name, (definition, trusted, effects) in pinned.items():
                 if name in self.tools:
                     raise connectors.ToolCallFailed(
                         f"tool {name!r} is offered by {self.tools[name].upstream.server!r}"
                         f" and {upstream.server!r}"
                     )
-                self.tools[name] = Exposed(upstream, definition, trusted)
+                self.tools[name] = Exposed(upstream, definition, trusted, effects)
 
     async def close(self) -> None:
         for upstream in self.upstreams:
@@ -317,6 +323,17 @@ class Gateway:
             body["action_name"] = meta[META_ACTION]
         if META_TIMING in meta:
             body["timing"] = meta[META_TIMING]
+        if META_INTENDED in meta:
+            intended = meta[META_INTENDED]
+            effect = intended.get("effect") if isinstance(intended, Mapping) else intended
+            # Passed on as sent: the request parser refuses a malformed one (a tool error saying why).
+            body["intended_change"] = intended
+            wanted = effect if isinstance(effect, str) else None
+            others = [n for n, e in self.tools.items() if n != name and wanted in e.effects]
+            del body["server"], body["tool"]
+            body["tool_candidates"] = [
+                {"server": self.tools[n].upstream.server, "tool": n} for n in [name, *others][:50]
+            ]
         return body
 
     def _timeout(self, exposed: Exposed) -> float:
@@ -622,7 +639,7 @@ class Gateway:
     def _input_required(
         self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
     ) -> types.InputRequiredResult:
-        requests = None
+        requests: dict[str, types.InputRequest] | None = None
         if form is not None:
             request = types.ElicitRequest(
                 params=types.ElicitRequestFormParams(
@@ -634,9 +651,17 @@ class Gateway:
             input_requests=requests, request_state=self._state(ctx, exposed, execution_id, step)
         )
 
+    def _target(self, exposed: Exposed, latest: Mapping[str, Any]) -> Exposed:
+        """The tool the record is for: the called one, or the one the intended change settled on."""
+        chosen = self.tools.get(str(latest.get("tool") or ""))
+        if chosen is not None and chosen.upstream.server == latest.get("server"):
+            return chosen
+        return exposed
+
     def _destructive(self, exposed: Exposed, latest: Mapping[str, Any]) -> bool:
-        annotations = exposed.definition.get("annotations") or {}
-        return exposed.trusted and annotations.get("destructiveHint") is True
+        target = self._target(exposed, latest)
+        annotations = target.definition.get("annotations") or {}
+        return target.trusted and annotations.get("destructiveHint") is True
 
     def _form(self, exposed: Exposed, latest: Mapping[str, Any], *, problem: str = "") -> elicitation.Form:
         candidates = {
@@ -647,7 +672,10 @@ class Gateway:
         form = elicitation.build_form(
             latest.get("questions") or [],
             candidates=candidates,
-            intro=f"To {_tool_words(exposed)}, please answer:",
+            # Before the action is chosen no tool is named (its name is the provider's, not the user's words).
+            intro=f"To {_tool_words(self._target(exposed, latest))}, please answer:"
+            if latest.get("tool")
+            else "To do what you asked, please answer:",
             problem=problem,
         )
         if form.fields and self._destructive(exposed, latest):
@@ -662,7 +690,8 @@ class Gateway:
 
     def _confirm_form(self, exposed: Exposed, latest: Mapping[str, Any]) -> elicitation.Form:
         payload = json.dumps(latest.get("payload"), sort_keys=True, ensure_ascii=False)
-        message = f"Confirm: {_tool_words(exposed)} with {payload}. This cannot be undone."
+        words = _tool_words(self._target(exposed, latest))
+        message = f"Confirm: {words} with {payload}. This cannot be undone."
         schema = {
             "type": "object",
             "properties": {CONFIRM_FIELD: {"type": "boolean", "title": "Yes, do this", "default": False}},
@@ -673,7 +702,9 @@ class Gateway:
     async def _run(
         self, exposed: Exposed, execution_id: str, latest: Mapping[str, Any]
     ) -> types.CallToolResult:
-        summary = self._summary(execution_id, "execute")
+        exposed = self._target(exposed, latest)
+        # What runs: the called tool, or the one an intended change settled on.
+        summary = {**self._summary(execution_id, "execute"), "tool": f"{latest['server']}/{latest['tool']}"}
         # The token may have been revoked while the user answered: checked again before anything runs.
         await self._authorize()
         token = latest.get("grant")
@@ -816,12 +847,14 @@ def _record(*, execution_id: str) -> dict[str, Any]:
     return records.record_answer(models.Execution.objects.get(pk=execution_id))
 
 
-def _pinned_definitions(*, server: str) -> dict[str, tuple[dict[str, Any], bool]]:
+def _pinned_definitions(*, server: str) -> dict[str, tuple[dict[str, Any], bool, frozenset[str]]]:
     """The current, valid contracts of a server as the client sees them: the upstream's Tool objects, without
-    the `x-preflight` that import merged in (the gate reads it; the client never did)."""
+    the `x-preflight` that import merged in (the gate reads it; the client never did), with whether its
+    annotations are trusted and the effects its contract declares."""
     rows = models.ToolContract.objects.filter(server__name=server, current=True, valid=True).order_by("pk")
-    out: dict[str, tuple[dict[str, Any], bool]] = {}
+    out: dict[str, tuple[dict[str, Any], bool, frozenset[str]]] = {}
     for row in rows:
         definition = {k: v for k, v in row.definition.items() if k != "x-preflight"}
-        out[row.name] = (definition, row.annotations_trusted)
+        effects = frozenset(records.engine_contract(row).extension.effects)
+        out[row.name] = (definition, row.annotations_trusted, effects)
     return out

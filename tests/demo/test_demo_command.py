@@ -1,10 +1,12 @@
 """`manage.py demo` (what `make demo` runs) from a clean checkout: it loads the demo through the gateway,
-serves the console and the gateway, the queue opens on every route and the history on every verdict, and
+serves the console and the gateway, the queue opens on every route and the history on every verdict (the
+smart home's choice between providers and the deferred order among them, both through the gateway), and
 Ctrl-C stops everything."""
 
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import os
 import re
 import signal
@@ -15,6 +17,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = ("ask_user", "measure", "hold", "provider_gap", "unsupported")
@@ -30,6 +33,19 @@ def signed_in(base: str, user: str, password: str) -> urllib.request.OpenerDirec
     request = urllib.request.Request(f"{base}/accounts/login/", data=form.encode(), headers={"Referer": base})
     browser.open(request).read()
     return browser
+
+
+def through_gateway(base: str, token: str, printed: str, scenario: str) -> dict[str, Any]:
+    """The Agent API's view, for the demo agent's token, of the execution the scripted agent reported for
+    the scenario (the line names the scenario and ends with its console URL)."""
+    line = next(line for line in printed.splitlines() if scenario in line and "/executions/" in line)
+    execution_id = re.search(r"/executions/([0-9a-f-]{36})/\s*$", line)
+    assert execution_id is not None, line
+    request = urllib.request.Request(
+        f"{base}/api/v1/executions/{execution_id.group(1)}", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request) as response:
+        return dict(json.loads(response.read()))
 
 
 def free_port() -> int:
@@ -86,6 +102,15 @@ def test_the_demo_starts_from_a_clean_checkout_shows_every_route_and_stops_clean
         for verdict in VERDICTS:
             history = auditor.open(f"{base}/audit/?verdict={verdict}").read().decode()
             assert f'class="verdict verdict-{verdict}">{verdict}<' in history, verdict
+        # The smart home and the deferred order went through the gateway: their executions are the demo agent
+        # token's (the Agent API shows an execution to the token that submitted it, and to no other).
+        agent_token = (checkout / "var" / "demo-agent-token").read_text().strip()
+        lights_off = through_gateway(base, agent_token, printed, "lights off")
+        assert (lights_off["verdict"], lights_off["outcome"]) == ("execute", "executed")
+        # Of the two providers that can, the user picked homebase; the one merely named so did not run.
+        assert (lights_off["server"], lights_off["tool"]) == ("home-homebase", "switch_room_off")
+        deferred = through_gateway(base, agent_token, printed, "an order for tomorrow")
+        assert deferred["verdict"] == "deferred" and deferred["timing_at"]
         assert answers(ports["--gateway-port"]) and answers(ports["--bank-port"])
     finally:
         demo.send_signal(signal.SIGINT)

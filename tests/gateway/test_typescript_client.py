@@ -14,9 +14,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from console import models, records, review_services
+from console import connectors, models, records, review_services, services
 
-from .conftest import JS, REPO
+from .conftest import FS_EXTENSIONS, JS, REPO
 
 CONTENT = "Written through the TypeScript client.\n"
 
@@ -163,3 +163,40 @@ def test_a_client_without_elicitation_gets_a_clear_error(
     assert out["result"]["isError"]
     assert "no form elicitation capability" in text_of(out["result"])
     assert not target.exists()
+
+
+def test_an_upstream_definition_changed_after_import_is_refused_before_sending(
+    transactional_db: None,
+    filesystem: Any,
+    scratch: Path,
+    gateway_env: dict[str, str],
+    gateway_argv: list[str],
+) -> None:
+    live = connectors.list_tools(filesystem.connector, timeout_s=30)
+    # What the operator approved said something else: the live description is not the pinned one.
+    approved = [
+        {**t, "description": "Create a file. Never overwrites anything."} if t["name"] == "write_file" else t
+        for t in live
+    ]
+    services.catalog_import(
+        server="fs",
+        tools=approved,
+        annotations_trusted=True,
+        connector=filesystem.connector,
+        actor="user:operator",
+        extensions=FS_EXTENSIONS,
+    )
+    target = scratch / "diary.txt"
+    out = ts_client(
+        gateway_env,
+        gateway_argv,
+        tool="write_file",
+        arguments={"path": str(target), "content": CONTENT},
+        answers={"arg:content": CONTENT},
+    )
+    assert out["result"]["isError"]
+    assert "definition changed" in text_of(out["result"])
+    assert out["asked"] == []
+    assert not target.exists()
+    assert models.Outcome.objects.count() == 0
+    assert models.Execution.objects.get().verdict == "block"

@@ -93,6 +93,9 @@ class Command(BaseCommand):
             _wait_for_port(options["bank_port"], children[-1])
             self.seed_users()
             token_file = self.agent_token()
+            base = f"http://127.0.0.1:{options['port']}"
+            # The scripted agent's gateway links to the console this demo serves (a hold's review page).
+            os.environ["PREFLIGHT_PUBLIC_URL"] = base
             if not models.Server.objects.filter(name="bookstore").exists():
                 self.seed_catalog(bank_url)
                 self.drive()
@@ -100,8 +103,7 @@ class Command(BaseCommand):
                 self.stdout.write("demo: already loaded (delete var/ to start over)")
             if options["no_serve"]:
                 return
-            base = f"http://127.0.0.1:{options['port']}"
-            env = {**os.environ, "PREFLIGHT_PUBLIC_URL": base}
+            env = {**os.environ}
             children.append(
                 _start(
                     [
@@ -199,18 +201,15 @@ class Command(BaseCommand):
     def drive(self) -> None:
         def report(outcome: agent.Outcome) -> None:
             done = f", {outcome.outcome}" if outcome.outcome else ""
+            ran = f" by {outcome.tool}" if outcome.tool else ""
             self.stdout.write(
-                f"  {outcome.verdict:<9} {outcome.turns} user turn(s){done}  — {outcome.scenario}"
+                f"  {outcome.verdict:<9} {outcome.turns} user turn(s){done}{ran}  — {outcome.scenario}"
+                f"  {outcome.console_url or ''}"
             )
 
         self.stdout.write("scripted agent, through the MCP gateway:")
         agent.run_through_gateway(report)
-        # The same services the Agent API calls: a request naming no tool (three candidates, one filtered
-        # out by its declared change), and a lookup handed to a worker this embedded demo does not run.
-        clarify = services.execution_create(body=agent.lights_off_request(), token=None, actor="demo-agent")
-        self.stdout.write(
-            f"  {clarify.verdict:<9} — 'lights off': two tools can do it, the user is asked which"
-        )
+        # The service the Agent API calls: a lookup handed to a worker this embedded demo does not run.
         eager, broker = celery_app.conf.task_always_eager, celery_app.conf.broker_url
         celery_app.conf.task_always_eager, celery_app.conf.broker_url = False, "memory://"
         try:
