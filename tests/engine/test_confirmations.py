@@ -378,7 +378,8 @@ def test_the_users_own_answer_needs_no_approvers_approval(grounded: ExecutionReq
 
 
 def test_a_timing_an_approver_edited_needs_another_approvers_approval(grounded: ExecutionRequest) -> None:
-    edited = {"fixed:timing": Answer("immediate", "user:carol", "a1")}
+    # The user said "now": an edit back to "immediate" is their own words again, so this edit names a time.
+    edited = {"fixed:timing": Answer(NOW.isoformat(), "user:carol", "a1")}
 
     record = run(tool(), grounded, evidence(grounded, answers={**edited, **confirm()}))
 
