@@ -5,9 +5,9 @@ the elicitation UI, so that the console opens on one execution of every verdict 
 The smart home's "lights off" goes through the gateway too: the model calls the tool whose name matches
 (`turn_off_lights`, which only sends a reminder) with the intended change in `_meta`; the gateway adds the
 fronted tools declaring that change (two providers, named differently), the one that cannot make it drops
-out, and the user is asked which action, then it runs. One scenario cannot be said with one `tools/call`
-and goes to the service the Agent API calls: a lookup still in flight (the embedded demo has no worker, so
-one lookup is left queued).
+out, and the user is asked which action, then it runs. A lookup still in flight goes through a gateway
+of its own (a 2025-11-25 client): the embedded demo runs lookups in-process, so that gateway hands them to
+an in-memory queue nobody reads, and the call says the lookups are still running.
 """
 
 from __future__ import annotations
@@ -224,12 +224,13 @@ def gateway_params(env: Mapping[str, str] | None = None) -> StdioServerParameter
 
 
 async def _drive(
-    params: StdioServerParameters, plan: list[Scenario], report: Callable[[Outcome], None]
+    params: StdioServerParameters,
+    plan: list[Scenario],
+    report: Callable[[Outcome], None],
+    mode: str = "2026-07-28",
 ) -> None:
     user = ScriptedUser()
-    async with Client(
-        params, mode="2026-07-28", elicitation_callback=user, read_timeout_seconds=120
-    ) as client:
+    async with Client(params, mode=mode, elicitation_callback=user, read_timeout_seconds=120) as client:
         for scenario in plan:
             user.scenario, user.turns = scenario, 0
             result = await client.call_tool(scenario.tool, scenario.arguments, meta=scenario.meta())  # type: ignore[arg-type]
@@ -251,18 +252,20 @@ def run_through_gateway(report: Callable[[Outcome], None], env: Mapping[str, str
     anyio.run(_drive, gateway_params(env), scenarios(datetime.now(UTC)), report)
 
 
-def lookup_in_flight_request() -> dict[str, Any]:
-    text = f"Send 80 EUR from {ALICE_SAVINGS} to {BOB} now."
-    return {
-        "server": "bank",
-        "tool": "transfer_funds",
-        "principal": REQUESTER,
-        "conversation": [{"role": "user", "content": text, "trusted": True}],
-        "candidates": {
-            "from_account": {"value": ALICE_SAVINGS, "pointer": span(text, ALICE_SAVINGS)},
-            "to_account": {"value": BOB, "pointer": span(text, BOB)},
-            "amount": {"value": 80, "pointer": span(text, "80")},
-        },
-        "action_name": span(text, "Send"),
-        "timing": {"mode": "immediate", "pointer": span(text, "now")},
-    }
+def lookup_in_flight() -> Scenario:
+    return Scenario(
+        "a balance lookup still in flight",
+        "transfer_funds",
+        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": 80},
+        f"Send 80 EUR from {ALICE_SAVINGS} to {BOB} now.",
+        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": "80"},
+        "Send",
+        {"mode": "immediate", "said": "now"},
+    )
+
+
+def run_lookup_in_flight(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
+    """Through a gateway whose lookups go to an in-memory queue no worker reads: the call waits, then says
+    the lookups are still running, and the execution stays at `measure`."""
+    queued = {**(env if env is not None else os.environ), "PREFLIGHT_EAGER_TASKS": "0", "REDIS_URL": "memory://"}
+    anyio.run(_drive, gateway_params(queued), [lookup_in_flight()], report, "legacy")

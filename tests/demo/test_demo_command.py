@@ -1,6 +1,7 @@
 """`manage.py demo` (what `make demo` runs) from a clean checkout: it loads the demo through the gateway,
 serves the console and the gateway, the queue opens on every route and the history on every verdict (the
-smart home's choice between providers and the deferred order among them, both through the gateway), and
+smart home's choice between providers, the deferred order and the lookup in flight among them, all through
+the gateway), and
 Ctrl-C stops everything."""
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def test_the_demo_starts_from_a_clean_checkout_shows_every_route_and_stops_clean
         for verdict in VERDICTS:
             history = auditor.open(f"{base}/audit/?verdict={verdict}").read().decode()
             assert f'class="verdict verdict-{verdict}">{verdict}<' in history, verdict
-        # The smart home and the deferred order went through the gateway: their executions are the demo agent
-        # token's (the Agent API shows an execution to the token that submitted it, and to no other).
+        # The smart home, the deferred order and the lookup in flight went through the gateway: their
+        # executions are the demo agent token's (the Agent API shows one only to the token that submitted it).
         agent_token = (checkout / "var" / "demo-agent-token").read_text().strip()
         lights_off = through_gateway(base, agent_token, printed, "lights off")
         assert (lights_off["verdict"], lights_off["outcome"]) == ("execute", "executed")
@@ -111,6 +112,8 @@ def test_the_demo_starts_from_a_clean_checkout_shows_every_route_and_stops_clean
         assert (lights_off["server"], lights_off["tool"]) == ("home-homebase", "switch_room_off")
         deferred = through_gateway(base, agent_token, printed, "an order for tomorrow")
         assert deferred["verdict"] == "deferred" and deferred["timing_at"]
+        in_flight = through_gateway(base, agent_token, printed, "a balance lookup still in flight")
+        assert in_flight["verdict"] == "measure"
         assert answers(ports["--gateway-port"]) and answers(ports["--bank-port"])
     finally:
         demo.send_signal(signal.SIGINT)

@@ -26,7 +26,7 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console import celery_app, connectors, models, services
+from console import connectors, models, services
 from console.demo import agent
 from console.env import env_hosts
 from console.gateway import auth
@@ -209,16 +209,7 @@ class Command(BaseCommand):
 
         self.stdout.write("scripted agent, through the MCP gateway:")
         agent.run_through_gateway(report)
-        # The service the Agent API calls: a lookup handed to a worker this embedded demo does not run.
-        eager, broker = celery_app.conf.task_always_eager, celery_app.conf.broker_url
-        celery_app.conf.task_always_eager, celery_app.conf.broker_url = False, "memory://"
-        try:
-            queued = services.execution_create(
-                body=agent.lookup_in_flight_request(), token=None, actor="demo-agent"
-            )
-        finally:
-            celery_app.conf.task_always_eager, celery_app.conf.broker_url = eager, broker
-        self.stdout.write(f"  {queued.verdict:<9} — a balance lookup still in flight")
+        agent.run_lookup_in_flight(report)
 
     def banner(self, base: str, gateway_port: int, token_file: Path) -> None:
         secret = token_file.read_text().strip()
