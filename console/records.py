@@ -477,15 +477,7 @@ def tool_unavailable(
 ) -> Record:
     """A hold for an execution whose tool is no longer in the catalog: recorded like any verdict."""
     server, tool = request_tools(body)[0] if "tool_candidates" not in body else ("", "")
-    slot = SlotState(
-        key="fixed:tool",
-        kind="intent",
-        defined_by="fixed",
-        label="the action",
-        status="unknown",
-        route="hold",
-        detail=detail,
-    )
+    slot = SlotState.tool_held(detail)
     return Record(
         verdict="hold",
         server=server,

@@ -2056,15 +2056,7 @@ def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evid
         return changing[0]
     fixed_tool = FIXED_CHECKLIST[0]
     if not changing:
-        slot = SlotState(
-            key="fixed:tool",
-            kind="intent",
-            defined_by="fixed",
-            label="the action",
-            status="unknown",
-            route="hold",
-            detail="no catalog tool can produce the intended change",
-        )
+        slot = SlotState.tool_held("no catalog tool can produce the intended change")
         questions: tuple[Question, ...] = ()
         verdict: Literal["hold", "ask"] = "hold"
     else:

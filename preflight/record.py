@@ -67,6 +67,19 @@ class SlotState:
     def settled(self) -> bool:
         return self.status != "unknown"
 
+    @classmethod
+    def tool_held(cls, detail: str) -> SlotState:
+        """The action itself held for review: no catalog tool can do it (now or any longer)."""
+        return cls(
+            key="fixed:tool",
+            kind="intent",
+            defined_by="fixed",
+            label="the action",
+            status="unknown",
+            route="hold",
+            detail=detail,
+        )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "key": self.key,
