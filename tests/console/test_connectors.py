@@ -42,6 +42,13 @@ BANK_STDIO = {"kind": "mcp_stdio", "command": [sys.executable, "-m", "console.de
 # ------------------------------------------------------------------------------------------ local endpoints
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's backlog of 5 drops the sixth of ten simultaneous connects when the accepting thread is
+    # slow (a loaded CI core), and the client's SYN retry costs a second: a real endpoint listens deeper.
+    request_queue_size = 64
+    daemon_threads = True
+
+
 @dataclass
 class MeasureEndpoint:
     url: str
@@ -76,8 +83,7 @@ def json_server(answer: Callable[[str, dict[str, Any]], tuple[int, bytes]]) -> I
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server.server_address[1]
