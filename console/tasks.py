@@ -294,12 +294,6 @@ def _observed(lookup: _Lookup, started: connectors.StartedMeasure) -> tuple[Any,
 
 
 @shared_task(acks_late=True, ignore_result=True, **_RETRY)
-def lookups_done(execution_id: str) -> None:
-    """A group's callback, from when groups were chords: kept for messages queued before that changed."""
-    services.lookups_settled(execution_id=execution_id)
-
-
-@shared_task(acks_late=True, ignore_result=True, **_RETRY)
 def execution_trigger(execution_id: str) -> None:
     not_before = _trigger_if_due(execution_id)
     if not_before is not None and not current_app.conf.task_always_eager:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -222,7 +222,3 @@ def _timing(raw: Any) -> Timing | None:
         at = at.astimezone(UTC)
     pointer = raw.get("pointer")
     return Timing(raw["mode"], at, _span(pointer, "timing.pointer") if pointer is not None else None)
-
-
-def conversation_of(turns: Sequence[Mapping[str, Any]]) -> tuple[Turn, ...]:
-    return tuple(Turn(t["role"], t["content"], bool(t.get("trusted", False))) for t in turns)

@@ -84,13 +84,6 @@ def role_required(
     return decorator
 
 
-def require_role(request: HttpRequest, *roles: str, what: str) -> None:
-    """For a view open to several roles whose one action needs a narrower one (an auditor may read a review
-    page, only an approver may approve on it)."""
-    if not has_role(request.user, *roles):
-        raise PermissionDenied(refusal(request.user, roles, what))
-
-
 def console_roles(request: HttpRequest) -> dict[str, Any]:
     """Context processor: templates show each area's links only to those who may use them."""
     roles = roles_of(request.user) if hasattr(request, "user") else frozenset()

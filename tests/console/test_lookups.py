@@ -309,7 +309,7 @@ def test_get_with_wait_returns_as_soon_as_the_lookups_finish(
         time.sleep(0.3)
         try:
             tasks.measure_run(record["id"], record["measures"][0]["key"])
-            tasks.lookups_done(record["id"])
+            services.lookups_settled(execution_id=record["id"])
         finally:
             connections.close_all()
 
