@@ -219,6 +219,9 @@ class _Instant:
                 content[key] = "immediate"
             elif "default" in prop:
                 content[key] = prop["default"]
+            elif "enum" in prop or "oneOf" in prop:
+                # A form offers only its options; the first one is the scripted user's pick.
+                content[key] = prop["enum"][0] if "enum" in prop else prop["oneOf"][0]["const"]
             elif prop.get("type") == "string":
                 content[key] = f"an answer to {key}"
             elif prop.get("type") == "boolean":
@@ -356,6 +359,7 @@ async def _turns(env: dict[str, str], scratch: Path) -> None:
             "order_book",
             {"title": "Python Crash Course"},
             "get me that python book",
+            answers={"branch:#/oneOf": "author and title"},
         ),
     ]
     plan = [s for s in scenarios(datetime.now(UTC)) if s.reply == "accept"] + more
