@@ -185,7 +185,7 @@ def start_gunicorn(
 ) -> subprocess.Popen[bytes]:
     cmd = [
         str(Path(sys.executable).parent / "gunicorn"),
-        "console.wsgi:application",
+        "config.wsgi:application",
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",
@@ -597,7 +597,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="preflight-bench-"))
     redis_url = f"redis://127.0.0.1:6379/{args.redis_db}"
     env = {
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{args.db}",
         "REDIS_URL": redis_url,
         "PREFLIGHT_SECRET_KEY": "bench-only-not-a-secret",

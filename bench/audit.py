@@ -123,7 +123,7 @@ def main() -> int:
             **os.environ,
             "DATABASE_URL": pg.url,
             "PREFLIGHT_SECRET_KEY": "bench-only-not-a-secret",
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
         }
         os.environ.update(
             {k: env[k] for k in ("DATABASE_URL", "PREFLIGHT_SECRET_KEY", "DJANGO_SETTINGS_MODULE")}

@@ -106,7 +106,7 @@ def prepare(db: str, held: int) -> dict[str, Any]:
             "PREFLIGHT_ALLOWED_HOSTS": "testserver",
             "PREFLIGHT_SIGNING_KEY_PATH": f"{keys}/grant_signing_key.pem",
             "PREFLIGHT_LOG_LEVEL": "WARNING",
-            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
         }
     )
     import django
@@ -145,7 +145,8 @@ def prepare(db: str, held: int) -> dict[str, Any]:
     slots = len(models.PreflightRecord.objects.get(execution=wide, seq=wide.records).record["slots"])
 
     # 10,000 held executions: copies of real records (each verdict, each route), inserted in bulk.
-    from console import celery_app, tasks
+    from config import celery_app
+    from console import tasks
 
     review_data.register_bank()
     celery_app.conf.task_always_eager = True  # lookups in this process: nothing goes to a shared broker

@@ -6,8 +6,8 @@ import os
 import urllib.request
 from typing import Any
 
+from config.wsgi import application
 from console import connectors
-from console.wsgi import application
 
 __all__ = ["application"]
 

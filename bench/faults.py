@@ -155,7 +155,7 @@ class Deployment:
                 )
             }
         )
-        os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
+        os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
         import django
 
         django.setup()

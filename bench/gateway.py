@@ -68,7 +68,7 @@ def setup(tmp: Path, *, sqlite: bool) -> dict[str, str]:
         "PREFLIGHT_SECRET_KEY": "bench-only-not-a-secret",
         "PREFLIGHT_SIGNING_KEY_PATH": str(tmp / "grant.pem"),
         "PREFLIGHT_LOG_LEVEL": "ERROR",
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
     }
     os.environ.update(env)
     if not FS_SERVER.exists():
@@ -122,7 +122,7 @@ def main() -> None:
         os.environ["PREFLIGHT_HTTP_ALLOW"] = env["PREFLIGHT_HTTP_ALLOW"] = f"127.0.0.1:{bank_port}"
         from django.conf import settings
 
-        from console.env import env_hosts
+        from config.env import env_hosts
 
         settings.PREFLIGHT_HTTP_ALLOW = env_hosts("PREFLIGHT_HTTP_ALLOW", [])
         bank = subprocess.Popen(

@@ -17,7 +17,7 @@ Two paths, both printed:
 
 - engine: `preflight.runner.settle`, the in-process runner (a thread per lookup of the frontier).
 - celery: the real server path. A scratch PostgreSQL database (made, migrated, dropped at the end), the
-  agent API in this process (POST /api/v1/executions), Redis, and `celery -A console worker` processes
+  agent API in this process (POST /api/v1/executions), Redis, and `celery -A config worker` processes
   running HTTP measures against a loopback measure service, a process of its own as a real one would be,
   that answers each lookup after 100 ms. One worker by default, a threads pool of 10 (the machine has 2
   cores and lookups mostly wait). The server's settings are the worker's: PREFLIGHT_LOOKUPS_PER_TASK (10 by
@@ -322,7 +322,7 @@ def celery_runs(
         "PREFLIGHT_EAGER_TASKS": "false",
         "PREFLIGHT_HTTP_ALLOW": "127.0.0.1,localhost",  # the loopback measure server, on any port
         "PREFLIGHT_LOG_LEVEL": "WARNING",
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
     }
     admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     admin(f'CREATE DATABASE "{db}"')
@@ -351,8 +351,8 @@ def celery_runs(
         _, token = services.agent_token_create(name="bench")
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-        # This process serves the API as a web worker would, and so starts as console/wsgi.py does.
-        from console.startup import freeze_startup_objects, load_request_path
+        # This process serves the API as a web worker would, and so starts as config/wsgi.py does.
+        from config.startup import freeze_startup_objects, load_request_path
 
         load_request_path()
         freeze_startup_objects()

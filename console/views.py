@@ -34,7 +34,7 @@ def _broker() -> str:
     own, kept per URL: kombu's connection would retry connecting for seconds first."""
     from redis import Redis
 
-    from console import celery_app
+    from config import celery_app
 
     if celery_app.conf.task_always_eager:
         return "unused"  # embedded mode: lookups run in-process

@@ -23,7 +23,8 @@ from django.conf import settings as django_settings
 from django.db import connections
 from django.test import Client
 
-from console import celery_app, connectors, signing
+from config import celery_app
+from console import connectors, signing
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

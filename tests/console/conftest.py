@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from console_helpers import GET_BALANCE, TRANSFER, WIRE, Agent, Downstream, make_agent, make_operator
 
-from console import celery_app, connectors, services, signing
+from config import celery_app
+from console import connectors, services, signing
 
 
 @pytest.fixture(autouse=True)

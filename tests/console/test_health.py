@@ -8,7 +8,7 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import Client
 
-from console import celery_app
+from config import celery_app
 
 pytestmark = pytest.mark.django_db
 

@@ -72,7 +72,7 @@ def celery_worker(
     queue = f"preflight-it-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "console.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         # The test database pytest-django made for this process (test_<name>, _gw<n> under xdist).
         "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": broker_url,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from console import celery_app
+from config import celery_app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,7 +140,7 @@ def database_url(settings_dict: Mapping[str, Any]) -> str:
 
 @dataclass
 class Worker:
-    """`celery -A console worker` as a subprocess of the session; tests may kill and replace it."""
+    """`celery -A config worker` as a subprocess of the session; tests may kill and replace it."""
 
     env: dict[str, str]
     queue: str
@@ -162,7 +162,7 @@ class Worker:
             "-m",
             "celery",
             "-A",
-            "console",
+            "config",
             "worker",
             "--pool",
             self.pool,
@@ -483,7 +483,7 @@ def _pings(client: Any) -> bool:
 
 @dataclass
 class Beat:
-    """`celery -A console beat` as a subprocess: the periodic sweep, as the Procfile runs it."""
+    """`celery -A config beat` as a subprocess: the periodic sweep, as the Procfile runs it."""
 
     env: dict[str, str]
     log_dir: Path
@@ -497,7 +497,7 @@ class Beat:
             "-m",
             "celery",
             "-A",
-            "console",
+            "config",
             "beat",
             "--loglevel",
             "INFO",

@@ -4,8 +4,8 @@ timeout (a tool slower than the web worker's limit). Served by gunicorn in test_
 import time
 from typing import Any
 
+from config.wsgi import application
 from console import connectors
-from console.wsgi import application
 
 __all__ = ["application"]
 

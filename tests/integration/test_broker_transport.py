@@ -1,12 +1,12 @@
-"""The broker transport (console/celery.py): kombu's Redis transport, one client per connection pool."""
+"""The broker transport (config/celery.py): kombu's Redis transport, one client per connection pool."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from kombu import Connection
 
-from console import celery_app
-from console.celery import RedisTransport
+from config import celery_app
+from config.celery import RedisTransport
 
 
 def test_a_channel_reuses_one_redis_client_until_its_pool_is_replaced(broker_url: str) -> None:
@@ -23,7 +23,7 @@ def test_a_channel_reuses_one_redis_client_until_its_pool_is_replaced(broker_url
 
 
 def test_the_api_publishes_through_that_transport() -> None:
-    assert celery_app.conf.broker_transport == "console.celery:RedisTransport"
+    assert celery_app.conf.broker_transport == "config.celery:RedisTransport"
     with celery_app.connection_for_write() as conn:
         assert isinstance(conn.transport, RedisTransport)
 

@@ -26,9 +26,9 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from config.env import env_hosts
 from console import connectors, models, services
 from console.demo import agent
-from console.env import env_hosts
 from console.gateway import auth
 
 REPO = Path(__file__).resolve().parents[3]

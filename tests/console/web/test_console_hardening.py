@@ -171,7 +171,7 @@ def settings_under(env: dict[str, str], *names: str) -> list[Any]:
         "import django; django.setup(); from django.conf import settings as s;"
         " print([getattr(s, n, None) for n in %r])"
     )
-    base = {"DJANGO_SETTINGS_MODULE": "console.settings", "PREFLIGHT_DEBUG": "1", "PATH": "/usr/bin:/bin"}
+    base = {"DJANGO_SETTINGS_MODULE": "config.settings", "PREFLIGHT_DEBUG": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-c", code % (names,)], env=base | env, capture_output=True, text=True, check=True
     )

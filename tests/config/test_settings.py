@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _settings_with(**env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "import console.settings"],
+        [sys.executable, "-c", "import config.settings"],
         cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings", **env},
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -55,7 +55,8 @@ def test_by_default_a_task_lost_with_its_worker_comes_back_within_a_minute_and_n
 
 
 def test_beat_runs_the_sweep() -> None:
-    from console import celery_app, tasks
+    from config import celery_app
+    from console import tasks
 
     assert tasks.sweep_task.name == "console.tasks.sweep"
     (entry,) = celery_app.conf.beat_schedule.values()

@@ -3,8 +3,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from console.egress import AllowedHost
-from console.env import (
+from config.env import (
     env_assignments,
     env_bool,
     env_command_lines,
@@ -14,6 +13,7 @@ from console.env import (
     env_path,
     env_str,
 )
+from console.egress import AllowedHost
 
 
 def test_an_integer_variable_is_read_as_an_int(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,7 +134,7 @@ def test_the_default_http_allow_list_is_the_demos_loopback_servers_only() -> Non
         "import django; django.setup(); from django.conf import settings;"
         " print(sorted(map(str, settings.PREFLIGHT_HTTP_ALLOW)))"
     )
-    env = {"DJANGO_SETTINGS_MODULE": "console.settings", "PREFLIGHT_DEBUG": "1", "PATH": "/usr/bin:/bin"}
+    env = {"DJANGO_SETTINGS_MODULE": "config.settings", "PREFLIGHT_DEBUG": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout

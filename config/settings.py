@@ -1,4 +1,4 @@
-"""The one settings module. Every deployment difference comes from the environment (see console/env.py).
+"""The one settings module. Every deployment difference comes from the environment (see config/env.py).
 
 Embedded mode is what you get with no DATABASE_URL: SQLite under var/, lookups run in-process (eager Celery),
 DEBUG on. Setting DATABASE_URL switches to server mode: PostgreSQL, a real broker, DEBUG off unless asked.
@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from console.env import (
+from config.env import (
     env_assignments,
     env_bool,
     env_command_lines,
@@ -75,8 +75,8 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "console.urls"
-WSGI_APPLICATION = "console.wsgi.application"
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
 
 TEMPLATES = [
     {
@@ -139,10 +139,10 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 CELERY_BROKER_URL = REDIS_URL
 # kombu's Redis transport with one client object per pool instead of one per broker operation (see
-# console/celery.py). rediss:// keeps kombu's own: kombu sets up TLS from that scheme only when it picks the
+# config/celery.py). rediss:// keeps kombu's own: kombu sets up TLS from that scheme only when it picks the
 # transport itself.
 if REDIS_URL.startswith("redis://"):
-    CELERY_BROKER_TRANSPORT = "console.celery:RedisTransport"
+    CELERY_BROKER_TRANSPORT = "config.celery:RedisTransport"
 # No result backend: tasks record their outcome in the database, and nobody waits on a task's result.
 CELERY_TASK_IGNORE_RESULT = True
 # Embedded mode has no worker, so lookups run in-process; server mode must never silently do that.
@@ -157,7 +157,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 # Lookups are short, so two per slot hoards little.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 2
 # Celery's Django fixup closes the task thread's database connections around every task unless this is set;
-# it then closes them after this many tasks x 2. Practically never: console/celery.py closes them instead
+# it then closes them after this many tasks x 2. Practically never: config/celery.py closes them instead
 # as Django does after a request (CONN_MAX_AGE passed, or the connection broke). A new connection per lookup
 # cost a PostgreSQL backend start each (bench/lookups.py).
 CELERY_DB_REUSE_MAX = 2**62
@@ -207,7 +207,7 @@ PREFLIGHT_LOOKUP_RETRY_S = env_int("PREFLIGHT_LOOKUP_RETRY_S", 5, minimum=1)
 PREFLIGHT_LOOKUP_RETRY_MAX_S = env_int("PREFLIGHT_LOOKUP_RETRY_MAX_S", 300, minimum=1)
 PREFLIGHT_LOOKUP_RETRIES = env_int("PREFLIGHT_LOOKUP_RETRIES", 5, minimum=0)
 
-# The periodic work, run by `celery -A console beat` (Procfile): deferred executions that are due, lookups
+# The periodic work, run by `celery -A config beat` (Procfile): deferred executions that are due, lookups
 # waiting for the broker or lost, holds whose infrastructure retry is due, runs that recorded no outcome.
 PREFLIGHT_SWEEP_INTERVAL_S = env_int("PREFLIGHT_SWEEP_INTERVAL_S", 10, minimum=1)
 CELERY_BEAT_SCHEDULE = {
@@ -374,7 +374,7 @@ X_FRAME_OPTIONS = "DENY"
 
 # Content-Security-Policy (django-csp): scripts, styles, images and connections from this origin only, no
 # inline script anywhere (page behaviour lives in static/*.js). The API docs page alone loosens style-src
-# for Redoc's generated styles (console/urls.py).
+# for Redoc's generated styles (config/urls.py).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],

@@ -1,4 +1,4 @@
-"""console/startup.py: a long-running process keeps what it loaded at startup out of the collector's way.
+"""config/startup.py: a long-running process keeps what it loaded at startup out of the collector's way.
 
 Each case runs in an interpreter of its own, since freezing is for the life of a process."""
 
@@ -16,7 +16,7 @@ SCANNED = "def scanned(obj): return any(o is obj for o in gc.get_objects())"
 
 
 def _python(*lines: str) -> list[str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
     done = subprocess.run(
         [sys.executable, "-c", "\n".join(["import gc", SCANNED, *lines])],
         cwd=ROOT,
@@ -31,7 +31,7 @@ def _python(*lines: str) -> list[str]:
 
 def test_the_web_application_loads_its_views_at_import_and_freezes_them() -> None:
     frozen, view_scanned = _python(
-        "import console.wsgi",
+        "import config.wsgi",
         "from console.api.executions import ExecutionCreateView",
         "print(gc.get_freeze_count(), scanned(ExecutionCreateView))",
     )
@@ -41,7 +41,7 @@ def test_the_web_application_loads_its_views_at_import_and_freezes_them() -> Non
 
 def test_objects_made_after_startup_are_still_collected() -> None:
     (later_scanned,) = _python(
-        "import console.wsgi",
+        "import config.wsgi",
         "class Later: pass",
         "later = Later()",
         "print(scanned(later))",
@@ -52,7 +52,7 @@ def test_objects_made_after_startup_are_still_collected() -> None:
 def test_a_celery_worker_freezes_what_it_loaded_once_it_is_ready() -> None:
     before, after, task_scanned = _python(
         "from celery import signals",
-        "import console.celery, django",
+        "import config.celery, django",
         "django.setup()  # as Celery's Django fixup does in a worker",
         "from console.tasks import measure_batch",
         "before = gc.get_freeze_count()",
@@ -67,7 +67,7 @@ def test_a_celery_worker_freezes_what_it_loaded_once_it_is_ready() -> None:
 def test_a_prefork_child_freezes_what_it_inherited_once_it_is_set_up() -> None:
     before, after = _python(
         "from celery import signals",
-        "import console.celery",
+        "import config.celery",
         "before = gc.get_freeze_count()",
         "signals.worker_process_init.send(sender=None)",
         "print(before, gc.get_freeze_count())",

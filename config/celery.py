@@ -1,4 +1,4 @@
-"""The Celery app. Workers start with `celery -A console worker`; tasks live in each app's tasks.py."""
+"""The Celery app. Workers start with `celery -A config worker`; tasks live in each app's tasks.py."""
 
 import logging
 import os
@@ -8,7 +8,7 @@ from typing import Any
 from celery import Celery, signals
 from kombu.transport import redis as kombu_redis
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +107,9 @@ class RedisTransport(kombu_redis.Transport):
 @signals.worker_ready.connect
 @signals.worker_process_init.connect
 def _freeze_startup_objects(**kwargs: Any) -> None:
-    from console.startup import freeze_startup_objects
+    from config.startup import freeze_startup_objects
 
-    freeze_startup_objects()  # see console/startup.py
+    freeze_startup_objects()  # see config/startup.py
 
 
 # Celery's Django fixup closes every database connection of the task's thread before and after each task
