@@ -17,7 +17,7 @@ from console.models import Server
 
 
 class ConnectorIn(serializers.Serializer):
-    """The one connector shape (console/connectors.py `checked_connector`), as the schema documents it."""
+    """The one connector shape (`connectors.checked_connector`), as the schema documents it."""
 
     kind = serializers.ChoiceField(choices=list(Server.CONNECTOR_KINDS))
     command = serializers.ListField(

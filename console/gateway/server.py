@@ -52,6 +52,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from console import connectors, models, records, services
+from console.connectors import tools as connector_tools
 from console.errors import ServiceError
 from console.gateway import auth, elicitation
 from console.gateway import services as gateway_services
@@ -751,7 +752,7 @@ class Gateway:
         result = await exposed.upstream.call(tool, payload, timeout_s)
         if result.get("isError"):
             raise connectors.ToolCallFailed(
-                f"{tool!r} reported an error: {connectors._first_text(result)}", result=result
+                f"{tool!r} reported an error: {connector_tools.first_text(result)}", result=result
             )
         return result
 

@@ -23,6 +23,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from console import connectors
+from console.connectors import tools as connector_tools
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +71,10 @@ class Upstream:
                 try:
                     # One scope whose deadline bounds connecting and is then lifted: a fail_after() around
                     # connecting alone would close before the client's task groups do, which anyio forbids.
-                    connect_s = connectors._connect_timeout(self.config.connector, self.config.timeout_s)
+                    connect_s = connector_tools.connect_timeout(self.config.connector, self.config.timeout_s)
                     with anyio.CancelScope(deadline=anyio.current_time() + connect_s) as scope:
                         async with AsyncExitStack() as stack:
-                            client = await connectors._open_client(self.config.connector, stack, None)
+                            client = await connector_tools.open_client(self.config.connector, stack, None)
                             scope.deadline = math.inf
                             self._client = client
                             self.connects += 1
@@ -121,9 +122,9 @@ class Upstream:
             try:
                 # Listing acts on nothing: it gets the connect budget, not the tool's own timeout.
                 with anyio.fail_after(
-                    connectors._connect_timeout(self.config.connector, self.config.timeout_s)
+                    connector_tools.connect_timeout(self.config.connector, self.config.timeout_s)
                 ):
-                    tools = await connectors._list_all(client)
+                    tools = await connector_tools.list_all(client)
                 return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
             except connectors.ToolCallFailed:
                 raise
@@ -147,7 +148,7 @@ class Upstream:
                     tool, dict(arguments), read_timeout_seconds=timeout_s, allow_input_required=True
                 )
         except MCPError as exc:
-            raise connectors._classify_mcp_error(exc, tool) from None
+            raise connector_tools.classify_mcp_error(exc, tool) from None
         except Exception as exc:
             # Sent, then the answer was lost (a timeout, a dead process): it may have acted.
             await self._drop()
@@ -162,4 +163,4 @@ def _describe(exc: BaseException | None) -> str:
         return "no reason given"
     if isinstance(exc, TimeoutError):
         return "timed out"
-    return connectors._describe(exc)
+    return connector_tools.describe_error(exc)

@@ -24,7 +24,9 @@ from django.db import connections
 from django.test import Client
 
 from config import celery_app
-from console import connectors, signing
+from console import signing
+from console.connectors import measures
+from console.connectors import tools as connector_tools
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -52,8 +54,8 @@ def _console_state(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     # What the console tests get from tests/console/conftest.py, for the server thread too: a throwaway
     # grant key, lookups run in-process (no worker), and connector registries restored afterwards.
     settings.PREFLIGHT_SIGNING_KEY_PATH = tmp_path / "keys" / "grant_signing_key.pem"
-    monkeypatch.setattr(connectors, "_TOOLS", dict(connectors._TOOLS))
-    monkeypatch.setattr(connectors, "_LOOKUPS", dict(connectors._LOOKUPS))
+    monkeypatch.setattr(connector_tools, "_TOOLS", dict(connector_tools._TOOLS))
+    monkeypatch.setattr(measures, "_LOOKUPS", dict(measures._LOOKUPS))
     eager = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     yield

@@ -11,6 +11,8 @@ from console_helpers import GET_BALANCE, TRANSFER, WIRE, Agent, Downstream, make
 
 from config import celery_app
 from console import connectors, services, signing
+from console.connectors import measures
+from console.connectors import tools as connector_tools
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +37,8 @@ def _eager_lookups(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture
 def downstream(monkeypatch: pytest.MonkeyPatch) -> Downstream:
     # Registrations are process-wide: each test gets its own registry and leaves nothing behind.
-    monkeypatch.setattr(connectors, "_TOOLS", dict(connectors._TOOLS))
-    monkeypatch.setattr(connectors, "_LOOKUPS", dict(connectors._LOOKUPS))
+    monkeypatch.setattr(connector_tools, "_TOOLS", dict(connector_tools._TOOLS))
+    monkeypatch.setattr(measures, "_LOOKUPS", dict(measures._LOOKUPS))
     d = Downstream()
     connectors.register_tool("bank", "transfer")(d.transfer)
     connectors.register_lookup("bank.balance")(d.balance)

@@ -28,7 +28,8 @@ import pytest
 from mcp import Client
 
 from console import connectors
-from console.connectors import MeasureFailed, OutcomeUnknown, ToolCallFailed
+from console.connectors import MeasureFailed, OutcomeUnknown, ToolCallFailed, transport
+from console.connectors import tools as connector_tools
 from console.demo import bank, shop
 from console.demo._server import build_server
 from console.egress import parse_allowed_hosts
@@ -385,7 +386,7 @@ def test_ten_lookups_started_together_each_get_their_own_answer_at_the_same_time
 
     assert values == [{"n": n} for n in range(10)]
     assert time.monotonic() - began < 5 * 0.3  # one after another would take 10 x 0.3 s
-    assert connectors._http_lookups.in_flight() == 0
+    assert transport.http_lookups.in_flight() == 0
 
 
 def test_http_measure_sends_a_json_post_over_http_1_1(raw_server: RawServer) -> None:
@@ -582,10 +583,10 @@ def test_http_measure_skips_an_informational_answer_before_the_real_one(raw_serv
 
 
 def test_http_measure_fails_on_an_answer_larger_than_the_limit(raw_server: RawServer) -> None:
-    size = connectors.MAX_MEASURE_BODY_BYTES + 100
+    size = transport.MAX_MEASURE_BODY_BYTES + 100
     raw_server.reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b" " * size
 
-    with pytest.raises(MeasureFailed, match=f"answer larger than {connectors.MAX_MEASURE_BODY_BYTES} bytes"):
+    with pytest.raises(MeasureFailed, match=f"answer larger than {transport.MAX_MEASURE_BODY_BYTES} bytes"):
         connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
 
 
@@ -637,9 +638,9 @@ def test_http_measure_that_gets_no_answer_hangs_up_at_its_timeout(raw_server: Ra
     assert raw_server.client_closed.wait(2)  # the loop closed its socket: no connection left behind
     # The waiter gives up at its deadline; the loop ends its own task just after (later on a loaded core).
     ended_by = time.monotonic() + 2
-    while connectors._http_lookups.in_flight() and time.monotonic() < ended_by:
+    while transport.http_lookups.in_flight() and time.monotonic() < ended_by:
         time.sleep(0.01)
-    assert connectors._http_lookups.in_flight() == 0
+    assert transport.http_lookups.in_flight() == 0
 
 
 def test_http_measure_resolves_a_host_name_off_the_loop_thread(
@@ -723,11 +724,11 @@ def tls_server(self_signed: tuple[Path, Path]) -> Iterator[RawServer]:
 def trusting_self_signed(self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Lookups trust the self-signed certificate for this test only (the client is built per trust store)."""
     trusting = ssl.create_default_context(cafile=str(self_signed[0]))
-    monkeypatch.setattr(connectors, "_tls_context", lambda: trusting)
-    connectors._http_lookups.forget_client()
+    monkeypatch.setattr(transport, "tls_context", lambda: trusting)
+    transport.http_lookups.forget_client()
     yield
     monkeypatch.undo()
-    connectors._http_lookups.forget_client()
+    transport.http_lookups.forget_client()
 
 
 def test_https_measure_reads_the_answer_of_a_server_it_trusts(
@@ -787,9 +788,9 @@ def fake_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProxy]:
         for name in ("no_proxy", "NO_PROXY"):
             monkeypatch.delenv(name, raising=False)
         # Proxy settings are read once per process: forget them now, and again once the environment is back.
-        connectors._http_lookups.forget_client()
+        transport.http_lookups.forget_client()
         yield proxy
-        connectors._http_lookups.forget_client()
+        transport.http_lookups.forget_client()
 
 
 def test_http_measure_goes_through_the_proxy_the_environment_names(
@@ -960,7 +961,7 @@ def test_a_started_lookup_stops_waiting_at_its_timeout() -> None:
 def test_connector_calls_reuse_the_threads_of_calls_that_returned() -> None:
     threads: list[threading.Thread] = []  # kept alive, so no two of them can share an id
     for _ in range(5):
-        connectors._run_with_deadline(lambda: threads.append(threading.current_thread()), {}, 1.0)
+        transport.run_with_deadline(lambda: threads.append(threading.current_thread()), {}, 1.0)
         time.sleep(0.01)  # the thread goes back to idle right after its call's result is set
 
     assert len({id(thread) for thread in threads}) == 1
@@ -968,24 +969,24 @@ def test_connector_calls_reuse_the_threads_of_calls_that_returned() -> None:
 
 def test_a_connector_call_that_never_returns_does_not_hold_up_the_next() -> None:
     stuck = threading.Event()
-    hung = connectors._run_with_deadline(stuck.wait, {}, 0.1)
+    hung = transport.run_with_deadline(stuck.wait, {}, 0.1)
     assert hung.timed_out
 
     began = time.monotonic()
-    assert connectors._run_with_deadline(lambda: 7, {}, 1.0).value == 7
+    assert transport.run_with_deadline(lambda: 7, {}, 1.0).value == 7
     assert time.monotonic() - began < 0.5
     stuck.set()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_runs_connector_calls_on_threads_of_its_own() -> None:
-    connectors._run_with_deadline(lambda: None, {}, 1.0)  # the parent has an idle connector thread now
+    transport.run_with_deadline(lambda: None, {}, 1.0)  # the parent has an idle connector thread now
     time.sleep(0.01)
     with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": the point of the test
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the child: the parent's threads are gone; a call must still run
-        ok = connectors._run_with_deadline(lambda: 42, {}, 2.0).value == 42
+        ok = transport.run_with_deadline(lambda: 42, {}, 2.0).value == 42
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -1382,7 +1383,7 @@ def test_in_process_tool_definitions_are_what_the_server_lists(bank_http: dict[s
 def test_an_mcp_lookup_answer_larger_than_the_bound_is_a_failed_lookup(
     bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(connectors, "MAX_MEASURE_BODY_BYTES", 40)  # get_balance's answer is longer
+    monkeypatch.setattr(transport, "MAX_MEASURE_BODY_BYTES", 40)  # get_balance's answer is longer
 
     with pytest.raises(MeasureFailed, match="more than 40 bytes"):
         connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB})
@@ -1391,7 +1392,7 @@ def test_an_mcp_lookup_answer_larger_than_the_bound_is_a_failed_lookup(
 def test_a_tool_answer_larger_than_the_bound_is_kept_as_its_size_and_digest(
     bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(connectors, "MAX_TOOL_RESULT_BYTES", 40)
+    monkeypatch.setattr(connector_tools, "MAX_TOOL_RESULT_BYTES", 40)
 
     result = connectors.call_tool(bank_http, "bank", "get_balance", {"account": BOB}, timeout_s=10)
 
@@ -1403,7 +1404,7 @@ def test_a_tool_answer_larger_than_the_bound_is_kept_as_its_size_and_digest(
 def test_a_tools_list_larger_than_the_bound_is_refused(
     bank_http: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(connectors, "MAX_TOOLS_LIST_BYTES", 100)
+    monkeypatch.setattr(connector_tools, "MAX_TOOLS_LIST_BYTES", 100)
 
     with pytest.raises(ToolCallFailed, match="more than 100 bytes"):
         connectors.list_tools(bank_http, timeout_s=10)
@@ -1433,7 +1434,7 @@ def test_http_measure_fails_on_a_head_that_never_ends(raw_server: RawServer) -> 
 
 def test_http_measure_fails_on_a_chunked_answer_larger_than_the_limit(raw_server: RawServer) -> None:
     chunk = b"%x\r\n%s\r\n" % (1 << 16, b" " * (1 << 16))
-    count = connectors.MAX_MEASURE_BODY_BYTES // (1 << 16) + 2
+    count = transport.MAX_MEASURE_BODY_BYTES // (1 << 16) + 2
     raw_server.reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * count + b"0\r\n\r\n"
 
     with pytest.raises(MeasureFailed, match="larger than"):

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from console import connectors, egress
-from console.connectors import MeasureFailed, ToolCallFailed
+from console.connectors import MeasureFailed, ToolCallFailed, transport
 from console.egress import EgressRefused, parse_allowed_hosts
 
 ALLOW = ["127.0.0.1:8765", "localhost:8765", "api.example.com", "[::1]:8765"]
@@ -290,13 +290,13 @@ def test_an_http_lookup_through_a_proxy_to_an_unlisted_host_never_reaches_the_pr
 ) -> None:
     monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{listener.port}")
     monkeypatch.delenv("no_proxy", raising=False)
-    connectors._http_lookups.forget_client()
+    transport.http_lookups.forget_client()
     try:
         measure = {"name": "m", "kind": "http", "url": "http://internal.example/", "timeout_s": 2}
         with pytest.raises(MeasureFailed, match="host_not_allowed"):
             connectors.run_measure(measure, {})
     finally:
         monkeypatch.undo()
-        connectors._http_lookups.forget_client()
+        transport.http_lookups.forget_client()
 
     assert listener.accepted == 0

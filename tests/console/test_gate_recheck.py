@@ -16,6 +16,8 @@ from django.db import connections
 from rest_framework.test import APIClient
 
 from console import connectors, effect_locks, models, services
+from console.connectors import measures
+from console.connectors import tools as connector_tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,8 +66,8 @@ class Shop:
 
 @pytest.fixture
 def shop(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> Shop:
-    monkeypatch.setattr(connectors, "_TOOLS", dict(connectors._TOOLS))
-    monkeypatch.setattr(connectors, "_LOOKUPS", dict(connectors._LOOKUPS))
+    monkeypatch.setattr(connector_tools, "_TOOLS", dict(connector_tools._TOOLS))
+    monkeypatch.setattr(measures, "_LOOKUPS", dict(measures._LOOKUPS))
     shop = Shop()
     connectors.register_tool("shop", "exchange_items")(shop.exchange_items)
     connectors.register_lookup("shop.order")(shop.order)

@@ -26,7 +26,8 @@ from integration_support import (
 )
 from redis import Redis
 
-from console import connectors, signing
+from console import signing
+from console.connectors import tools as connector_tools
 from preflight import GrantSigner
 
 
@@ -109,7 +110,7 @@ def _integration(
     if celery_worker.proc is None or celery_worker.proc.poll() is not None:
         celery_worker.start()  # a test that killed it and failed before replacing it
     settings.PREFLIGHT_SIGNING_KEY_PATH = signing_key_path
-    monkeypatch.setattr(connectors, "_TOOLS", dict(connectors._TOOLS))
+    monkeypatch.setattr(connector_tools, "_TOOLS", dict(connector_tools._TOOLS))
     measure_server.reset()
     with celery_broker(broker_url, celery_worker.queue):
         yield

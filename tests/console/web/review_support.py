@@ -11,7 +11,9 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from console import connectors, models, review_services, services
+from console import models, review_services, services
+from console.connectors import measures
+from console.connectors import tools as connector_tools
 from console.demo import review_data
 from console.demo.review_data import ALICE_MAIN
 
@@ -32,8 +34,8 @@ def signed_in(user: User) -> Client:
 
 def use_demo_bank(monkeypatch: pytest.MonkeyPatch) -> None:
     # The connector registries are process-wide: each test registers into its own copy.
-    monkeypatch.setattr(connectors, "_TOOLS", dict(connectors._TOOLS))
-    monkeypatch.setattr(connectors, "_LOOKUPS", dict(connectors._LOOKUPS))
+    monkeypatch.setattr(connector_tools, "_TOOLS", dict(connector_tools._TOOLS))
+    monkeypatch.setattr(measures, "_LOOKUPS", dict(measures._LOOKUPS))
     review_data.register_bank()
 
 

@@ -1,0 +1,405 @@
+"""How connector calls run: egress-checked httpx transports, daemon threads with a deadline, and the one
+event loop per process that runs every HTTP lookup on one pooled client."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import http.cookiejar
+import json
+import logging
+import math
+import os
+import queue
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from console import egress
+
+if TYPE_CHECKING:
+    import httpx2
+
+logger = logging.getLogger(__name__)
+
+
+MAX_MEASURE_BODY_BYTES = 1 << 20
+
+
+class _AllowListedBackend:
+    """httpcore's AnyIO network backend, connecting only to addresses the allow-list admits: the host is
+    resolved once here, each address checked, and the socket opened to a checked address (never a second
+    resolution a rebinding DNS server could answer differently). TLS still verifies the URL's host name."""
+
+    def __init__(self) -> None:
+        import httpcore2
+
+        self._backend = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> Any:
+        name = egress._normal_host(host.strip("[]")) or host
+        if not any(e.host == name and e.port in (None, port) for e in egress.allowed_hosts()):
+            raise egress.EgressRefused("host_not_allowed", f"{host}:{port} is not in PREFLIGHT_HTTP_ALLOW")
+        if egress._ip(name) is not None:  # taken as it is: no wait on DNS, no hop to a resolver thread
+            infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        else:
+            infos = await anyio.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        failure: Exception | None = None
+        # Each checked address in turn, in the order DNS gave them, as httpcore itself would not.
+        for info in egress.check_addresses(name, port, infos):
+            try:
+                return await self._backend.connect_tcp(
+                    str(info[4][0]),
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except Exception as exc:
+                failure = exc
+        assert failure is not None  # check_addresses refuses an empty answer
+        raise failure
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+        raise egress.EgressRefused("host_not_allowed", "unix sockets are not reachable from a connector")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+def checked_transport(
+    ssl_context: ssl.SSLContext, limits: httpx2.Limits | None = None
+) -> httpx2.AsyncHTTPTransport:
+    """An httpx transport whose every connection goes through `_AllowListedBackend`; without `limits`,
+    httpcore's own."""
+    import httpcore2
+    import httpx2
+
+    transport = httpx2.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
+    # httpx builds its pool without a way to pass a network backend; this pool is the one it would build,
+    # with ours. tests/console/test_egress.py proves a rebinding name reaches nothing through it.
+    pool_limits = {} if limits is None else dataclasses.asdict(limits)
+    transport._pool = httpcore2.AsyncConnectionPool(
+        ssl_context=ssl_context, network_backend=_AllowListedBackend(), **pool_limits
+    )
+    return transport
+
+
+def allow_listed_http_client() -> Any:
+    """An httpx client for MCP over HTTP: no proxies from the environment (the allow-list is about where the
+    bytes go), no redirects, connections only through `_AllowListedBackend`."""
+    import httpx2
+
+    transport = checked_transport(httpx2.create_ssl_context(trust_env=False))
+    # Per-operation limits as generous as the SDK's default client: the cancel scope around the whole
+    # exchange is what bounds it.
+    return httpx2.AsyncClient(
+        transport=transport, follow_redirects=False, trust_env=False, timeout=httpx2.Timeout(30.0, read=300.0)
+    )
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    # The system's trust store, as lookups have always used (not httpx's own default), built once per process:
+    # loading the CA bundle is tens of ms of CPU under the GIL.
+    return ssl.create_default_context()
+
+
+# --------------------------------------------------------------------------------------------- plumbing
+
+
+@dataclass
+class Outcome:
+    value: Any = None
+    error: BaseException | None = None
+    timed_out: bool = False
+
+
+def run_with_deadline(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> Outcome:
+    """Call ``fn(**kwargs)`` in a daemon thread and stop waiting after ``timeout_s`` (see `Call`)."""
+    return Call(fn, kwargs, timeout_s).result()
+
+
+class Pending:
+    """A call under way: its ``outcome`` is in once ``done`` is set; waited for at most until ``timeout_s``
+    (and ``grace_s``) from now."""
+
+    def __init__(self, timeout_s: float, *, grace_s: float = 0.0) -> None:
+        self.outcome = Outcome()
+        self.deadline = time.monotonic() + timeout_s + grace_s
+        self.done = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
+        left = self.deadline - time.monotonic()
+        if timeout is not None and timeout < left:
+            return self.done.wait(max(0.0, timeout))
+        return self.done.wait(max(0.0, left)) or True
+
+    def result(self) -> Outcome:
+        if not self.done.wait(max(0.0, self.deadline - time.monotonic())):
+            return Outcome(timed_out=True)
+        return self.outcome
+
+
+class Call(Pending):
+    """``fn(**kwargs)`` running in a daemon thread from now on, waited for at most until ``timeout_s`` after
+    it started.
+
+    Python cannot interrupt a running function, so on timeout the thread is abandoned (daemon: it cannot keep
+    the process alive). Django database connections opened by the call are closed when it ends, because
+    nobody else can ever reuse or close them.
+    """
+
+    def __init__(self, fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> None:
+        super().__init__(timeout_s)
+        outcome, done = self.outcome, self.done
+
+        def target() -> None:
+            try:
+                outcome.value = fn(**kwargs)
+            except BaseException as exc:
+                outcome.error = exc
+            finally:
+                _close_thread_db_connections()
+                done.set()
+
+        _runners.run(target)
+
+
+class _Runners:
+    """Daemon threads for connector calls, kept between calls: starting a thread cost ~150 us of CPU here,
+    ten of them per frontier of lookups, under the worker's GIL (bench/lookups.py). A call takes an idle
+    thread or starts one; a thread whose call never returns is abandoned with it, as before, and only
+    threads whose call returned are handed another."""
+
+    MAX_IDLE = 32  # more idle than that end: a burst of calls leaves no crowd behind
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        # A forked child has none of its parent's threads: their queues would take calls nobody runs.
+        os.register_at_fork(after_in_child=self._idle.clear)
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            serve = threading.Thread(target=self._serve, args=(jobs,), daemon=True)
+            serve.name = "preflight-connector"
+            serve.start()
+        jobs.put(job)
+
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()  # the job catches what its call raises
+            with self._lock:
+                if len(self._idle) >= self.MAX_IDLE:
+                    return
+                self._idle.append(jobs)
+
+
+_runners = _Runners()
+
+
+# --------------------------------------------------------------------------------------------- HTTP lookups
+
+_HTTP_LOOP_GRACE_S = 0.005  # how long past its deadline a waiter gives the loop to report the timeout itself
+# Connections kept open after an answer: a frontier's lookups of one measure service reuse them, without a TCP
+# (and TLS) handshake each. Closed after a while idle, before common servers time them out (gunicorn: 2 s).
+_KEPT_CONNECTIONS = 32
+_IDLE_MAX_S = 1.5
+# What lookups have always sent: no compression (the body limit is on the bytes that come), JSON both ways.
+_LOOKUP_HEADERS = {
+    "User-Agent": f"Python-urllib/{sys.version_info[0]}.{sys.version_info[1]}",
+    "Accept-Encoding": "identity",
+    "Content-Type": "application/json",
+    "Accept": "application/json",
+}
+
+
+class _HttpLookups:
+    """The process's HTTP lookups: one event loop thread, one pooled httpx client on it.
+
+    Both are made on first use, and anew in a forked child (Celery prefork, gunicorn): the parent's loop
+    thread is not there, and two processes on one connection would mix their answers.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: httpx2.AsyncClient | None = None  # loop thread only
+        self._tasks: set[asyncio.Task[None]] = set()  # loop thread only
+
+    def start(self, url: str, body: bytes, timeout_s: float) -> Pending:
+        pending = Pending(timeout_s, grace_s=_HTTP_LOOP_GRACE_S)
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="preflight-http", daemon=True).start()
+            loop = self._loop
+        loop.call_soon_threadsafe(self._spawn, self._exchange(pending, url, body, timeout_s), pending)
+        return pending
+
+    def in_flight(self) -> int:
+        """How many lookups the loop holds (none once all have ended)."""
+        return len(self._tasks)
+
+    def forget_client(self) -> None:
+        """The next lookup gets a new client: the environment's proxies and `tls_context` are read anew."""
+        with self._lock:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._drop_client)
+
+    def _spawn(self, work: Coroutine[Any, Any, None], pending: Pending | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)  # the loop keeps only a weak reference to a task
+
+        def ended(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if pending is not None:
+                pending.done.set()
+
+        task.add_done_callback(ended)
+
+    def _drop_client(self) -> None:
+        if self._client is not None:
+            self._spawn(self._client.aclose())
+            self._client = None
+
+    async def _exchange(self, pending: Pending, url: str, body: bytes, timeout_s: float) -> None:
+        import httpx2
+
+        try:
+            if self._client is None:
+                self._client = _lookup_client()
+            pending.outcome.value = await _post(self._client, url, body, timeout_s)
+        except (TimeoutError, httpx2.TimeoutException):
+            pending.outcome.timed_out = True
+        except Exception as exc:
+            pending.outcome.error = exc
+
+
+http_lookups = _HttpLookups()
+
+
+def _lookup_client() -> httpx2.AsyncClient:
+    """No redirects (one would re-send the lookup's arguments to a place nobody configured), no cookies kept
+    between lookups, proxies from the environment. Without a proxy, connections go only to addresses the
+    allow-list admits (`checked_transport`); through one, the proxy resolves the name `check_url`
+    admitted."""
+    import httpx2
+
+    limits = httpx2.Limits(
+        max_connections=None, max_keepalive_connections=_KEPT_CONNECTIONS, keepalive_expiry=_IDLE_MAX_S
+    )
+    client = httpx2.AsyncClient(
+        verify=tls_context(),
+        limits=limits,
+        follow_redirects=False,
+        trust_env=True,
+        headers=_LOOKUP_HEADERS,
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
+    del client.headers["Connection"]  # HTTP/1.1 keeps the connection without being told
+    # Set after the fact: given a transport, httpx would read no proxies from the environment.
+    client._transport = checked_transport(tls_context(), limits)
+    return client
+
+
+async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: float) -> tuple[int, bytes]:
+    """``(status, body)``: the status only unless 2xx, at most one byte of the body past the limit."""
+    import httpx2
+
+    # The whole exchange, as httpx's own timeouts are per read: a server dripping its answer is cut off too.
+    async with asyncio.timeout(timeout_s):
+        while True:
+            connected = False
+
+            async def trace(event: str, info: Mapping[str, Any]) -> None:
+                nonlocal connected
+                connected = connected or event.startswith("connection.connect_tcp")
+
+            request = client.build_request(
+                "POST", url, content=body, timeout=timeout_s, extensions={"trace": trace}
+            )
+            try:
+                response = await client.send(request, stream=True)
+            except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError):
+                if connected:
+                    raise
+                # A kept connection the server closed meanwhile (it may, between two requests): nothing of an
+                # answer came, so the lookup, which reads and changes nothing, goes again on a new one.
+                continue
+            try:
+                if not 200 <= response.status_code < 300:
+                    return response.status_code, b""
+                raw = bytearray()
+                async for chunk in response.aiter_raw():
+                    raw += chunk
+                    if len(raw) > MAX_MEASURE_BODY_BYTES:
+                        break
+                return response.status_code, bytes(raw[: MAX_MEASURE_BODY_BYTES + 1])
+            finally:
+                await response.aclose()
+
+
+def _close_thread_db_connections() -> None:
+    if "django.db" not in sys.modules:
+        return
+    try:
+        from django.db import connections
+
+        connections.close_all()
+    except Exception:
+        logger.debug("closing a connector thread's database connections failed", exc_info=True)
+
+
+def run_async[T](fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run an async function to completion from synchronous code, in any thread.
+
+    A thread that already runs an event loop (an async view, some test runners) cannot start another one, so
+    the call then moves to a fresh worker thread and this thread blocks on it, as a sync API must.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(fn, *args)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflight-connector") as pool:
+        return pool.submit(anyio.run, fn, *args).result()
+
+
+def check_timeout(timeout_s: Any, error: type[Exception]) -> None:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise error(f"timeout_s must be a positive number, not {timeout_s!r}")
+    if math.isinf(timeout_s):
+        raise error("timeout_s must be finite")
+
+
+def as_json(value: Any) -> Any:
+    """Round-trip through JSON so callers hold exactly what a JSON column gives back (tuples become lists)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from exc
