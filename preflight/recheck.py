@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 from .canonical import digest
 from .contract import ConditionSpec, MeasureSpec, ToolContract
-from .engine import MAX_CLOCK_SKEW_S, principal_id
 from .errors import ExpressionError
 from .expressions import evaluate, evaluate_key
 from .record import MeasureRequest
 from .request import Observation
+from .resolve import MAX_CLOCK_SKEW_S, principal_id
 
 __all__ = ["Recheck", "RecheckFailure", "recheck_failures", "recheck_for"]
 
