@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from .approvals import approval_state
+from .approvals import approval_state, slot_approval
 from .checklist import Rule
 from .errors import ExpressionError
 from .expressions import Expression, evaluate
-from .record import Finding, SlotState, Unmet
+from .record import Finding, Route, SlotState, Unmet
 from .resolve import Resolve
-from .state import DefinedBy, Resolution, Route, set_path
+from .state import DefinedBy, Resolution, set_path
 
 
 class Conditions(Resolve):
@@ -84,7 +84,7 @@ class Conditions(Resolve):
     def reads_ready(self, expr: Expression, res: Resolution) -> dict[str, Any] | None:
         """The measure values an expression reads, or None while something it reads is unsettled."""
         waits: list[str] = []
-        routes: list[str] = []
+        routes: list[Route] = []
         measures: dict[str, Any] = {}
         for read in sorted(expr.reads):
             kind, _, target = read.partition(":")
@@ -226,7 +226,7 @@ class Conditions(Resolve):
                         label=text,
                         status="unknown",
                         route="hold",
-                        approval="void" if state == "void" else "required",
+                        approval=slot_approval(state),
                         detail="needs a person's approval of these exact values",
                     )
                 )

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from .approvals import approval_state, value_digest
+from .approvals import approval_state, slot_approval, value_digest
 from .conditions import Conditions
 from .confirmations import CONFIRM_PREFIX, CONSENT_KEY, bound_state
 from .errors import ExpressionError
 from .expressions import evaluate_key
-from .record import Finding, Question, SlotState, Unmet
+from .record import Finding, Question, SlotApproval, SlotState, Unmet
 from .request import Answer
 from .state import NO_RESULT, Resolution
 
@@ -44,7 +44,7 @@ class Consent(Conditions):
 
     def value_approval(
         self, key: str, res: Resolution, *, approve: bool
-    ) -> Literal["approved", "void", "required"] | None:
+    ) -> SlotApproval | None:
         """An approver's approval a settled value needs: by contract (`confirm: {"by": "approver"}`), or
         because an approver edited it (four eyes: then the editor's own approval does not count)."""
         editor = self.editor(res)
@@ -52,7 +52,7 @@ class Consent(Conditions):
         if res.status == "unknown" or not ((approve and res.status == "known") or editor is not None):
             return None
         state = approval_state(self.evidence.approvals, key, res.value, excluding=editor)
-        return "approved" if state == "approved" else "void" if state == "void" else "required"
+        return slot_approval(state)
 
     def user_yes(self, key: str, bound_digest: str) -> tuple[str, Answer | None]:
         """The state of the requesting user's yes/no for `key` bound to `bound_digest`. An answer recorded

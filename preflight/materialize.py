@@ -13,10 +13,10 @@ from .confirmations import CONFIRM_PREFIX
 from .consent import Consent
 from .contract import SlotConfig
 from .plan import NodePlan, PropInfo, compile_node
-from .record import Finding, Gap, GapClass, Question, SlotState
+from .record import Finding, Gap, GapClass, Question, Route, SlotState
 from .resolve import NOT_A_TIMING, timing_of
 from .schema import BranchGroup, ObjectNode, Property, select_branches
-from .state import Resolution, Route, pointer_json
+from .state import Resolution, pointer_json
 from .validation import same_json
 
 

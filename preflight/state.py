@@ -13,7 +13,6 @@ from .record import Finding, Gap, MeasureRequest, Question, SlotState, Unmet
 from .request import Answer, Evidence, ExecutionRequest
 from .schema import Property, Unsupported
 
-Route = Literal["ask_user", "measure", "hold", "provider_gap", "unsupported"]
 DefinedBy = Literal["provider", "policy", "user"]
 
 
