@@ -71,7 +71,7 @@ def recheck_for(contract: ToolContract, payload: Mapping[str, Any], *, principal
 
 
 def _lookup(spec: MeasureSpec, payload: Mapping[str, Any], principal: str) -> MeasureRequest:
-    # The arguments the preflight gave the lookup (`_Run.observe`), from the granted payload.
+    # The arguments the preflight gave the lookup (`resolve.Resolve.observe`), from the granted payload.
     args = {
         k: _at(payload, v[4:])
         if isinstance(v, str) and v.startswith("arg:")
