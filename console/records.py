@@ -34,7 +34,7 @@ from preflight import (
     preflight,
 )
 from preflight.canonical import digest
-from preflight.record import Record, SlotState
+from preflight.record import AWAITING_APPROVAL, Record, SlotState
 from preflight.validation import same_json
 
 _lock = threading.Lock()
@@ -658,7 +658,7 @@ def editor_of(record: Mapping[str, Any], slot_key: str) -> str | None:
 def approval_value(record: Mapping[str, Any], slot_key: str) -> tuple[bool, Any]:
     """(approvable, value) for a slot of a record: what an approval of it binds to right now."""
     slot = next((s for s in record["slots"] if s["key"] == slot_key), None)
-    if slot is None or slot.get("approval") not in ("required", "void"):
+    if slot is None or slot.get("approval") not in AWAITING_APPROVAL:
         return False, None
     if slot_key.startswith("approval:"):
         # An approval slot approves the whole call: it binds to the digest of the valid payload.

@@ -6,6 +6,7 @@ The reviewer's identity is always the signed-in user passed in by the view, neve
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -18,7 +19,7 @@ from console import models, records, services
 from console.audit import audit_append
 from console.errors import BadInput, Conflict
 from preflight.approvals import value_digest
-from preflight.record import Finding, Gap, Record, SlotState, Unmet
+from preflight.record import AWAITING_APPROVAL, Finding, Record, SlotState, Unmet
 
 REJECTED_SLOT = "review:rejected"
 EXPIRED_SLOT = "review:expired"
@@ -61,13 +62,13 @@ def pending_call_approvals(record: Mapping[str, Any]) -> tuple[list[str], str | 
         key = slot["key"]
         if key.startswith("approval:"):
             if slot["status"] == "unknown":
-                if slot.get("approval") not in ("required", "void"):
+                if slot.get("approval") not in AWAITING_APPROVAL:
                     return [], f"{key}: {slot.get('detail') or 'cannot be approved yet'}"
                 pending.append(key)
             continue
         if slot["status"] == "unknown":
             return [], f"{key} is unresolved ({slot.get('route')})"
-        if slot.get("approval") in ("required", "void"):
+        if slot.get("approval") in AWAITING_APPROVAL:
             return [], f"{key} awaits approval of its value"
     if not pending:
         return [], "nothing awaits an approval of the whole call"
@@ -267,56 +268,15 @@ def final_record(
         met=False,
         detail=detail,
     )
-    return Record(
+    base = Record.from_json(latest)
+    return dataclasses.replace(
+        base,
         verdict="block",
-        server=latest.get("server") or "",
-        tool=latest.get("tool") or "",
-        contract_digest=latest.get("contract_digest") or "",
-        principal=latest["principal"],
-        checklist_version=latest["checklist_version"],
-        slots=(*(_slot(s) for s in latest.get("slots") or []), decision),
+        slots=(*base.slots, decision),
         questions=(),
         measures=(),
-        unmet=(*(_unmet(u) for u in latest.get("unmet") or []), Unmet(slot_key, "block", reason)),
-        gaps=tuple(Gap(g["class"], g["slot"], g["detail"]) for g in latest.get("gaps") or []),
-        notices=tuple(latest.get("notices") or ()),
-        payload=latest.get("payload"),
-        payload_digest=latest.get("payload_digest"),
-        payload_valid=latest.get("payload_valid"),
-        payload_errors=tuple(latest.get("payload_errors") or ()),
-        unknown_count=int(latest.get("unknown_count") or 0),
+        unmet=(*base.unmet, Unmet(slot_key, "block", reason)),
         reasons=(summary,),
         evaluated_at=at,
-        timing_at=latest.get("timing_at"),
+        fresh_until=None,
     )
-
-
-def _slot(s: Mapping[str, Any]) -> SlotState:
-    candidate = s.get("candidate")
-    return SlotState(
-        key=s["key"],
-        kind=s["kind"],
-        defined_by=s["defined_by"],
-        label=s["label"],
-        status=s["status"],
-        value=s.get("value"),
-        source=s.get("source"),
-        pointer=s.get("pointer"),
-        route=s.get("route"),
-        gap=s.get("gap"),
-        labels=tuple(s.get("labels") or ()),
-        approval=s.get("approval"),
-        findings=tuple(
-            Finding(f["source"], f["outcome"], f.get("pointer"), f.get("detail"))
-            for f in s.get("findings") or []
-        ),
-        candidate=candidate.get("value") if isinstance(candidate, Mapping) else None,
-        unverified=candidate is not None,
-        detail=s.get("detail"),
-        met=s.get("met"),
-        waits_for=tuple(s.get("waits_for") or ()),
-    )
-
-
-def _unmet(u: Mapping[str, Any]) -> Unmet:
-    return Unmet(u["id"], u["on_false"], u.get("text") or "")

@@ -16,8 +16,9 @@ from jsonschema.validators import validator_for
 from referencing.exceptions import Unresolvable
 
 from .checklist import FIXED_CHECKLIST
-from .engine import _INTENT_SCHEMAS, Plan, question_schema
 from .errors import SchemaUnusable
+from .materialize import _INTENT_SCHEMAS, question_schema
+from .plan import Plan
 from .schema import ObjectNode, Property
 from .validation import NO_RETRIEVAL
 

@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Literal
 
 from preflight.canonical import digest
+from preflight.record import SlotApproval
 
-__all__ = ["Approval", "ApprovalState", "approval_state", "approve", "value_digest"]
+__all__ = ["Approval", "ApprovalState", "approval_state", "approve", "slot_approval", "value_digest"]
 
 ApprovalState = Literal["approved", "void", "none"]
 
@@ -56,3 +57,8 @@ def approval_state(
             return "approved"
         seen_key = True
     return "void" if seen_key else "none"
+
+
+def slot_approval(state: ApprovalState) -> SlotApproval:
+    """What a slot that needs an approval records of the approvals held: with none, one is `required`."""
+    return "required" if state == "none" else state

@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 from .canonical import digest
 from .contract import ConditionSpec, MeasureSpec, ToolContract
-from .engine import MAX_CLOCK_SKEW_S, principal_id
 from .errors import ExpressionError
 from .expressions import evaluate, evaluate_key
 from .record import MeasureRequest
 from .request import Observation
+from .resolve import MAX_CLOCK_SKEW_S, principal_id
 
 __all__ = ["Recheck", "RecheckFailure", "recheck_failures", "recheck_for"]
 
@@ -71,7 +71,7 @@ def recheck_for(contract: ToolContract, payload: Mapping[str, Any], *, principal
 
 
 def _lookup(spec: MeasureSpec, payload: Mapping[str, Any], principal: str) -> MeasureRequest:
-    # The arguments the preflight gave the lookup (`_Run.observe`), from the granted payload.
+    # The arguments the preflight gave the lookup (`resolve.Resolve.observe`), from the granted payload.
     args = {
         k: _at(payload, v[4:])
         if isinstance(v, str) and v.startswith("arg:")

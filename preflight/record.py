@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal, get_args
 
 from .canonical import digest, digest_written_as_is, written_as_is
 
@@ -19,7 +19,14 @@ __all__ = [
 ]
 
 Verdict = Literal["execute", "ask", "measure", "hold", "block", "deferred"]
+# Where an open slot goes: one vocabulary of routes (the engine, the record's JSON, the console's filters).
 Route = Literal["ask_user", "measure", "hold", "provider_gap", "unsupported"]
+ROUTES: Final[tuple[Route, ...]] = get_args(Route)
+# A settled slot's need of an approver's approval: `required` until one holds, `void` once the value changed
+# after it was approved (approvals.approval_state says `none` where no approval of the slot is held at all).
+SlotApproval = Literal["approved", "void", "required"]
+SLOT_APPROVALS: Final[tuple[SlotApproval, ...]] = get_args(SlotApproval)
+AWAITING_APPROVAL: Final[frozenset[SlotApproval]] = frozenset({"required", "void"})
 GapClass = Literal["user_gap", "provider_gap", "source_gap", "implementation_gap"]
 Status = Literal["known", "null", "unknown"]
 
@@ -39,6 +46,10 @@ class Finding:
             out["detail"] = self.detail
         return out
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        return cls(data["source"], data["outcome"], data.get("pointer"), data.get("detail"))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlotState:
@@ -53,7 +64,7 @@ class SlotState:
     route: Route | None = None
     gap: GapClass | None = None
     labels: tuple[str, ...] = ()
-    approval: Literal["approved", "void", "required"] | None = None
+    approval: SlotApproval | None = None
     findings: tuple[Finding, ...] = ()
     candidate: Any = None  # an unverified model proposal: shown, never counted
     unverified: bool = False
@@ -109,6 +120,33 @@ class SlotState:
             out["waits_for"] = list(self.waits_for)
         return out
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SlotState:
+        """The slot `to_json` wrote. A refused value comes back as the candidate it is, with its reason; a
+        candidate that was neither refused nor unverified was never written, so it comes back as None."""
+        refused, candidate = data.get("refused"), data.get("candidate")
+        return cls(
+            key=data["key"],
+            kind=data["kind"],
+            defined_by=data["defined_by"],
+            label=data["label"],
+            status=data["status"],
+            value=data.get("value"),
+            source=data.get("source"),
+            pointer=data.get("pointer"),
+            route=data.get("route"),
+            gap=data.get("gap"),
+            labels=tuple(data.get("labels") or ()),
+            approval=data.get("approval"),
+            findings=tuple(Finding.from_json(f) for f in data.get("findings") or ()),
+            candidate=(refused or candidate or {}).get("value"),
+            unverified=refused is None and candidate is not None,
+            detail=data.get("detail"),
+            met=data.get("met"),
+            waits_for=tuple(data.get("waits_for") or ()),
+            refused=refused["reason"] if refused is not None else None,
+        )
+
 
 QuestionKind = Literal["value", "choice", "without", "confirmation", "consent"]
 
@@ -150,6 +188,20 @@ class Question:
             out["proposed"] = {"value": self.proposed[0], "verified": False}
         return out
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Question:
+        proposed = data.get("proposed")
+        return cls(
+            data["slot"],
+            data["text"],
+            data["schema"],
+            tuple(data.get("options") or ()),
+            data["kind"],
+            data.get("shows"),
+            data.get("reason"),
+            (proposed["value"],) if proposed is not None else (),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Gap:
@@ -160,6 +212,10 @@ class Gap:
     def to_json(self) -> dict[str, Any]:
         return {"class": self.cls, "slot": self.slot, "detail": self.detail}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Gap:
+        return cls(data["class"], data["slot"], data["detail"])
+
 
 @dataclass(frozen=True, slots=True)
 class Unmet:
@@ -169,6 +225,10 @@ class Unmet:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "on_false": self.on_false, "text": self.text}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Unmet:
+        return cls(data["id"], data["on_false"], data.get("text") or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +247,13 @@ class MeasureRequest:
 
     def to_json(self) -> dict[str, Any]:
         return {"measure": self.measure, "lookup": self.lookup, "args": dict(self.args), "key": self.key}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MeasureRequest:
+        """The lookup `to_json` wrote. Its max age is the plan's, not in the JSON: read back as 0 s, so an
+        observation taken for it is never held fresher than the plan would hold it."""
+        args_digest = data["key"].rpartition("#")[2]
+        return cls(data["measure"], data["lookup"], data["args"], args_digest, 0.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,6 +322,34 @@ class Record:
         out = self.body()
         out["record_digest"] = _body_digest(out)
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Record:
+        """The record `to_json` (or `body`) wrote: its JSON again, digest and all. `record_digest` is not
+        read; it follows from the rest."""
+        return cls(
+            verdict=data["verdict"],
+            server=data["server"],
+            tool=data["tool"],
+            contract_digest=data["contract_digest"],
+            principal=data["principal"],
+            checklist_version=data["checklist_version"],
+            slots=tuple(SlotState.from_json(s) for s in data["slots"]),
+            questions=tuple(Question.from_json(q) for q in data["questions"]),
+            measures=tuple(MeasureRequest.from_json(m) for m in data["measures"]),
+            unmet=tuple(Unmet.from_json(u) for u in data["unmet"]),
+            gaps=tuple(Gap.from_json(g) for g in data["gaps"]),
+            notices=tuple(data["notices"]),
+            payload=data["payload"],
+            payload_digest=data["payload_digest"],
+            payload_valid=data["payload_valid"],
+            payload_errors=tuple(data["payload_errors"]),
+            unknown_count=data["unknown_count"],
+            reasons=tuple(data["reasons"]),
+            evaluated_at=data["evaluated_at"],
+            timing_at=data.get("timing_at"),
+            fresh_until=data.get("fresh_until"),
+        )
 
 
 def _body_digest(body: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from console.api.fields import AnyJSON
+from preflight.record import ROUTES, SLOT_APPROVALS
 
 
 class FindingOut(serializers.Serializer):
@@ -30,11 +31,9 @@ class SlotOut(serializers.Serializer):
     value = AnyJSON()
     source = serializers.CharField(allow_null=True)
     pointer = serializers.DictField(allow_null=True)
-    route = serializers.ChoiceField(
-        choices=["ask_user", "measure", "hold", "provider_gap", "unsupported"], allow_null=True
-    )
+    route = serializers.ChoiceField(choices=list(ROUTES), allow_null=True)
     labels = serializers.ListField(child=serializers.CharField())
-    approval = serializers.ChoiceField(choices=["approved", "void", "required"], allow_null=True)
+    approval = serializers.ChoiceField(choices=list(SLOT_APPROVALS), allow_null=True)
     findings = FindingOut(many=True)
     gap = serializers.CharField(required=False)
     candidate = serializers.DictField(

@@ -35,6 +35,7 @@ from console.web.review_rows import (
     slot_rows,
     values_before_edits,
 )
+from preflight.record import AWAITING_APPROVAL
 
 REVIEW = "console/review/review.html"
 ACTION = "Approving, editing or rejecting an execution"
@@ -127,7 +128,7 @@ def _review_context(request: HttpRequest, execution: models.Execution) -> dict[s
         "counts": {
             "unresolved": sum(1 for r in rows if r.status == "unknown"),
             "unverified": sum(1 for r in rows if r.candidate is not None),
-            "awaiting": sum(1 for r in rows if r.approval in ("required", "void")),
+            "awaiting": sum(1 for r in rows if r.approval in AWAITING_APPROVAL),
             "slots": len(rows),
         },
         "payload_json": json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)

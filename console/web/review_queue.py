@@ -21,9 +21,9 @@ from django.utils import timezone
 from console import models
 from console.web.filters import CatalogFilter
 from console.web.review_rows import age
+from preflight.record import ROUTES
 
 HELD = models.HELD_VERDICTS
-ROUTES = ("ask_user", "measure", "hold", "provider_gap", "unsupported")
 # Why a call waits, in words, per route of its unresolved slots.
 ROUTE_WORDS = {
     "ask_user": "waits for the user's answer",

@@ -17,6 +17,7 @@ from stdnum import iban
 from console.api import parsers as json_text
 from preflight.approvals import value_digest
 from preflight.confirmations import is_user_yes_key
+from preflight.record import AWAITING_APPROVAL
 
 # Slots a reviewer may give a value for (the same set the answer service accepts, less fixed:tool, whose
 # answer is a choice among tools the console never names).
@@ -299,7 +300,7 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
         row.spans = " ".join(f"{t}:{a}:{b}" for t, a, b in spans)
         row.first_span = spans[0]
 
-    if row.approval in ("required", "void") and status != "unknown" and not key.startswith("approval:"):
+    if row.approval in AWAITING_APPROVAL and status != "unknown" and not key.startswith("approval:"):
         row.approvable = ctx.can_approve
         row.value_digest = value_digest(s.get("value"))
     if row.approval == "approved":

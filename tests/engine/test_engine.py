@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -11,6 +12,7 @@ from preflight.canonical import digest
 from preflight.confirmations import confirmation_answer
 from preflight.contract import contract_from_mcp
 from preflight.engine import compile_plan, preflight, select_tool
+from preflight.record import Record
 from preflight.runner import settle
 
 
@@ -539,3 +541,59 @@ def test_preflight_is_pure(grounded: ExecutionRequest) -> None:
     plan = compile_plan(contract_from_mcp("bank", tool()))
     evidence = Evidence(now=NOW)
     assert preflight(plan, grounded, evidence) == preflight(plan, grounded, evidence)
+
+
+# ---- the record's JSON ----------------------------------------------------------------------------------
+
+
+def _records_of_every_kind(alice: Said, grounded: ExecutionRequest) -> list[Record]:
+    """Real preflights: each verdict, a refused value, an unverified candidate, a confirmation asked and
+    answered, an approval awaited, a lookup frontier, a deferral, and the choice between two tools."""
+    unpointed = request(alice, {"amount": (120, None), "from_account": ("DE11", "DE11")})
+    to_self = request(
+        alice, {"amount": (120, "120"), "from_account": ("DE11", "DE11"), "to_account": ("DE11", "DE11")}
+    )
+    said = Said("Send 120 from DE11 to DE02 1203 0000 0000 2020 51 on Friday")
+    later = request(
+        said,
+        {
+            "amount": (120, "120"),
+            "from_account": ("DE11", "DE11"),
+            "to_account": ("DE02120300000000202051", "DE02 1203 0000 0000 2020 51"),
+        },
+        timing={"mode": "at", "at": (NOW + timedelta(days=2)).isoformat(), "pointer": said.at("on Friday")},
+    )
+    refused = {**confirmed_to(), "arg:amount": Answer(-5, "user:alice")}
+    large = {**confirmed_to(), "arg:amount": Answer(5000, "user:alice")}
+    other = tool(name="schedule_payment")
+    other["x-preflight"]["state_change"] = "a standing order is created"
+    plans = [compile_plan(contract_from_mcp("bank", tool())), compile_plan(contract_from_mcp("bank", other))]
+    choice = select_tool(plans, grounded, Evidence(now=NOW))
+    assert isinstance(choice, Record)
+    return [
+        run(tool(), grounded),
+        run(tool(), unpointed),
+        run(tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 500))),
+        run(
+            tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 500), answers=confirmed_to())
+        ),
+        run(tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 50), answers=confirmed_to())),
+        run(tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 500), answers=refused)),
+        run(tool(), grounded, Evidence(now=NOW, observations=observed(grounded, 9000), answers=large)),
+        run(tool(), to_self),
+        run(tool(), later, Evidence(now=NOW, observations=observed(later, 500), answers=confirmed_to())),
+        choice,
+    ]
+
+
+def test_a_record_survives_to_json_and_from_json(alice: Said, grounded: ExecutionRequest) -> None:
+    records = _records_of_every_kind(alice, grounded)
+    assert {r.verdict for r in records} == {"execute", "ask", "measure", "hold", "block", "deferred"}
+    assert any(s.refused for r in records for s in r.slots)
+    assert any(s.unverified for r in records for s in r.slots)
+    for record in records:
+        back = Record.from_json(json.loads(json.dumps(record.to_json())))
+        assert back.to_json() == record.to_json()
+        # The lookups' max age is the plan's and not in the JSON; everything else comes back as it was.
+        assert replace(back, measures=record.measures) == record
+        assert [m.key for m in back.measures] == [m.key for m in record.measures]

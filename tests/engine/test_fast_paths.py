@@ -30,9 +30,9 @@ from preflight import (
     Turn,
     compile_plan,
     contract_from_mcp,
-    engine,
     load_rules,
     preflight,
+    resolve,
 )
 from preflight.canonical import canonical_json, digest, digest_written_as_is, written_as_is
 from preflight.errors import ExpressionError
@@ -298,9 +298,9 @@ def test_a_kept_args_digest_is_the_digest_of_those_args_whatever_came_before(
 ) -> None:
     # Equal in Python but not in JSON (1, 1.0, True; 0 and False): each keeps its own digest.
     for args in [*batch, {"n": 1}, {"n": 1.0}, {"n": True}, {"n": 0}, {"n": False}, *batch]:
-        assert engine._args_digest(args) == digest(args)
+        assert resolve._args_digest(args) == digest(args)
 
 
 def test_args_with_a_list_are_digested_each_time_and_right() -> None:
     args = {"accounts": ["a", "b"], "n": 1}
-    assert engine._args_digest(args) == engine._args_digest(dict(args)) == digest(args)
+    assert resolve._args_digest(args) == resolve._args_digest(dict(args)) == digest(args)

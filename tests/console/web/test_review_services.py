@@ -20,7 +20,15 @@ from console.demo.review_data import ALICE_MAIN, ALICE_SAVINGS, BOB
 from console.errors import BadInput, Conflict
 from console.signing import token_for
 from console.web.review_rows import Context, SlotRow, conversation, parse_edit, slot_rows
-from preflight import GrantClaims
+from preflight import (
+    Answer,
+    Evidence,
+    ExecutionRequest,
+    GrantClaims,
+    compile_plan,
+    contract_from_mcp,
+    preflight,
+)
 from preflight.approvals import value_digest
 
 pytestmark = pytest.mark.django_db
@@ -227,6 +235,27 @@ def test_a_rejection_is_final(
         review_services.execution_reject(execution_id=held.pk, reason="again", reviewer=carol)
     assert latest(held)["verdict"] == "block"
     assert not models.Answer.objects.filter(value="y").exists()
+
+
+def test_a_rejection_keeps_every_slot_as_it_stood_a_refused_value_included() -> None:
+    definition = {
+        "name": "pay",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"amount": {"type": "number", "exclusiveMinimum": 0}},
+            "required": ["amount"],
+        },
+        "x-preflight": {"state_change": "money moves"},
+    }
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    evidence = Evidence(now=now, answers={"arg:amount": Answer(-5, "user:alice")})
+    plan = compile_plan(contract_from_mcp("bank", definition))
+    latest = preflight(plan, ExecutionRequest(principal="user:alice"), evidence).to_json()
+    assert slot(latest, "arg:amount")["refused"]["value"] == -5
+    at = now.isoformat()
+    rejection = review_services.rejection_record(latest, reviewer="user:carol", reason="no", at=at)
+    assert rejection.verdict == "block"
+    assert rejection.to_json()["slots"][:-1] == latest["slots"]
 
 
 def test_a_rejection_needs_a_reason(carol: User, held: models.Execution) -> None:
