@@ -24,6 +24,7 @@ from django_htmx.http import reswap, retarget
 
 from console import models, review_services, services
 from console.errors import InvalidAnswer, ServiceError
+from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
 from console.web.review_rows import (
     Context,
@@ -208,13 +209,7 @@ def _version(execution: models.Execution) -> str:
 
 
 def _next_held(execution: models.Execution) -> str | None:
-    """The review page of the next held execution after this one in the queue's order (oldest first)."""
-    held = models.Execution.objects.filter(verdict__in=models.HELD_VERDICTS).exclude(pk=execution.pk)
-    nxt = (
-        held.filter(created_at__gt=execution.created_at)
-        .order_by("created_at", "pk")
-        .values_list("pk", flat=True)
-    ).first() or held.order_by("created_at", "pk").values_list("pk", flat=True).first()
+    nxt = review_queue.next_held(execution)
     return reverse("review-execution", args=[nxt]) if nxt else None
 
 

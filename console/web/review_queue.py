@@ -218,6 +218,33 @@ def decided(filters: dict[str, Any]) -> QueuePage:
     return QueuePage(rows, counts, total, number, pages)
 
 
+def _after(at: Any, pk: Any) -> Q:
+    """Later than (at, pk) oldest first: a tie on the time is broken by the id, as the list breaks it."""
+    return Q(created_at__gt=at) | Q(created_at=at, id__gt=pk)
+
+
+def next_held(execution: models.Execution) -> Any | None:
+    """The held execution the queue (oldest first) lists after `execution`, else the queue's first: where
+    "next" leads after a decision. The queue lists one conversation's executions together, at the place of
+    the first of them, so the rest of this one's conversation come first, then the next conversation's."""
+    held = models.Execution.objects.filter(verdict__in=HELD)
+    order = SORTS["oldest"]
+    here = (execution.created_at, execution.pk)
+    siblings = held.filter(conversation_key=execution.conversation_key).exclude(pk=execution.pk)
+    later = siblings.filter(_after(*here)).order_by(*order).values_list("pk", flat=True).first()
+    if later is not None:
+        return later
+    # Where this conversation is listed: at its first execution still held, or at this one.
+    place = siblings.filter(~_after(*here)).order_by(*order).values_list("created_at", "pk").first() or here
+    earlier = held.filter(conversation_key=OuterRef("conversation_key")).exclude(
+        _after(OuterRef("created_at"), OuterRef("id"))
+    )
+    firsts = held.exclude(pk=execution.pk).filter(~Exists(earlier.exclude(pk=OuterRef("pk"))))
+    following = firsts.exclude(conversation_key=execution.conversation_key).filter(_after(*place))
+    nxt = following.order_by(*order).values_list("pk", flat=True).first()
+    return nxt or firsts.order_by(*order).values_list("pk", flat=True).first()
+
+
 def _claimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Who claimed each row, in one read for the page."""
     claims = dict(

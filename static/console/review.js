@@ -67,15 +67,6 @@
     if (row && !document.querySelector("#review :focus")) row.focus({ preventScroll: true });
   });
 
-  // ---- a refused edit (422) carries the page again with the reason on the field: swap it in ----
-  // base.html's responseHandling leaves other 4xx unswapped; this page's 422 is a form to show, not an error.
-  document.addEventListener("htmx:beforeSwap", function (e) {
-    if (e.detail.xhr.status === 422 && e.detail.target && e.detail.target.id === "review") {
-      e.detail.shouldSwap = true;
-      e.detail.isError = false;
-    }
-  });
-
   // ---- the live poll never swaps the page under a reviewer's hands ----
   // While a field of the review has focus or an edit is open, skip this round; the next one catches up.
   document.addEventListener("htmx:beforeRequest", function (e) {

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from approver_pages import edit, person, slot, user_answers
 from playwright.sync_api import expect
 
 from console import models, services
@@ -22,26 +21,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 RED = "rgb(253, 236, 234)"  # --red-bg: an unresolved slot
 AMBER = "rgb(255, 244, 214)"  # --amber-bg: a model proposal with no source
-
-
-def person(username: str, role: str, *, password: str | None = None) -> Any:
-    # A password only for whoever signs in through the form: hashing one takes about a second.
-    user = get_user_model().objects.create_user(username, password=password)
-    call_command("grant_role", username, role, stdout=open("/dev/null", "w"))  # noqa: SIM115
-    return user
-
-
-def slot(page: Any, key: str) -> Any:
-    return page.locator(f"tr[data-key='{key}']")
-
-
-def edit(page: Any, key: str, value: str) -> None:
-    row = slot(page, key)
-    row.locator("summary").click()
-    row.locator("input[name=value]").fill(value)
-    row.get_by_role("button", name="Save as my answer").click()
-    # The row is swapped in once the execution was preflighted again; wait for it before the next action.
-    expect(slot(page, key).locator(".v")).to_have_text(value)
 
 
 def test_an_approver_reviews_a_held_transfer_until_it_may_execute(
@@ -168,17 +147,6 @@ def test_every_review_form_works_without_javascript(browser_page: Callable[..., 
     expect(page).to_have_url(re.compile(rf"/executions/{execution.pk}/"))
     expect(slot(page, "arg:memo").locator(".approval-approved")).to_have_text("approved")
     expect(page.locator(".messages")).to_contain_text("memo: approved")
-
-
-def user_answers(execution: models.Execution, answers: dict[str, Any]) -> None:
-    """The requesting user's answers, relayed by the agent (the user's channel)."""
-    services.execution_answer(
-        execution_id=execution.pk,
-        answers=answers,
-        answered_by=execution.principal,
-        channel="agent",
-        actor="agent",
-    )
 
 
 def test_an_auditor_verifies_the_chain(

@@ -312,6 +312,30 @@ def test_the_page_lists_its_keyboard_shortcuts_and_links_the_next_held_execution
     )  # CSP: behaviour lives in static/console/review.js
 
 
+def test_the_next_held_execution_is_the_one_the_queue_lists_next(
+    approver: Client, held: models.Execution, carol: User
+) -> None:
+    # The queue lists a conversation's executions together, at the first of them, and orders two created in
+    # the same instant by id: first, its sibling (created last), then the two tied ones, then round again.
+    sibling, *tied = (review_data.held_transfer(amount=a) for a in (75, 80, 85))
+    at = models.Execution.objects.get(pk=held.pk).created_at
+    executions = models.Execution.objects.filter
+    executions(pk=sibling.pk).update(conversation_key=held.conversation_key, created_at=at + timedelta(2))
+    executions(pk__in=[t.pk for t in tied]).update(created_at=at + timedelta(1))
+    queue = [held.pk, sibling.pk, *sorted(t.pk for t in tied)]
+    assert [r["id"] for r in approver.get("/executions/").context["page"].rows] == queue
+
+    def next_of(pk: Any) -> str | None:
+        html = approver.get(f"/executions/{pk}/").content.decode()
+        match = re.search(r'<a href="/executions/([^/]+)/" rel="next"', html)
+        return match.group(1) if match else None
+
+    assert [next_of(pk) for pk in queue] == [str(pk) for pk in [*queue[1:], queue[0]]]
+    # Decided, an execution leaves the queue; its page still leads to the one listed after it.
+    review_services.execution_reject(execution_id=held.pk, reason="no", reviewer=carol)
+    assert next_of(held.pk) == str(sibling.pk)
+
+
 # ---- a hold on a provider gap says what can be done ---------------------------------------------------
 
 
