@@ -63,3 +63,20 @@ def test_the_api_docs_render_with_a_way_back_and_nothing_from_a_cdn(
     assert foreign == []
     page.get_by_role("link", name="Back to the Preflight console").click()
     expect(page).to_have_url(f"{live_server.url}/")
+
+
+def test_signing_out_lands_on_the_consoles_own_sign_in_page(
+    browser_page: Callable[..., Any], live_server: Any, screenshot: Callable[[Any, str], Path]
+) -> None:
+    approver = get_user_model().objects.create_superuser("approver")
+    page = browser_page(approver)
+    page.goto("/executions/")
+
+    page.get_by_role("button", name="Sign out").click()
+
+    expect(page).to_have_url(f"{live_server.url}/accounts/login/")
+    expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    assert "Django administration" not in page.content()
+    screenshot(page, "signed-out")
+    page.goto("/executions/")  # the session is gone: the queue asks to sign in again
+    expect(page).to_have_url(f"{live_server.url}/accounts/login/?next=/executions/")
