@@ -103,13 +103,16 @@ class QueuePage:
 
 
 def _searched(qs: QuerySet[models.Execution], q: str) -> QuerySet[models.Execution]:
-    """Words of the summary, the tool, the principal or the server, each word anywhere in one of them."""
+    """Words of the summary, the tool, the principal or the server, each word anywhere in one of them.
+
+    The tools a word names are read first (the catalog is small): a condition on the execution's own columns
+    alone lets PostgreSQL combine its trigram indexes (migration 0013) instead of reading every row."""
     for word in q.split()[:5]:
+        named = models.ToolContract.objects.filter(Q(name__icontains=word) | Q(server__name__icontains=word))
         qs = qs.filter(
             Q(summary__icontains=word)
             | Q(principal__icontains=word)
-            | Q(contract__name__icontains=word)
-            | Q(contract__server__name__icontains=word)
+            | Q(contract__in=list(named.values_list("pk", flat=True)))
         )
     return qs
 
@@ -213,8 +216,8 @@ def decided(filters: dict[str, Any]) -> QueuePage:
     now = timezone.now()
     for row in rows:
         row["decision"] = "rejected" if row["rejected_at"] else "expired" if row["expired_at"] else "granted"
-        when = row["rejected_at"] or row["expired_at"] or row["updated_at"]
-        row["decided_ago"] = age((now - when).total_seconds())
+        row["decided_at"] = row["rejected_at"] or row["expired_at"] or row["updated_at"]
+        row["decided_ago"] = age((now - row["decided_at"]).total_seconds())
     return QueuePage(rows, counts, total, number, pages)
 
 
