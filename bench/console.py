@@ -33,6 +33,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # last: this file's own name would shadow the console package
+
+from machine import speed_line  # noqa: E402
 
 TARGET_MS = 100.0
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -348,6 +351,7 @@ def main() -> int:
         ]
         # Wall time is what a person waits for; CPU time is this process's own work (Python, templates),
         # which other load on the machine inflates far less. Both per request, in milliseconds.
+        print(speed_line())
         print(f"load average before: {loadavg()} on {os.cpu_count()} cpus")
         heads = ("p50 ms", "p99 ms", "max ms", "cpu p50", "queries", "bytes")
         print(f"\n{'page':<32} " + " ".join(f"{h:>8}" for h in heads))
@@ -360,6 +364,7 @@ def main() -> int:
             print(f"{row} {queries:8d} {size:8d}")
         verdict = "ok" if worst <= TARGET_MS else "OVER TARGET"
         print(f"load average after: {loadavg()}")
+        print(speed_line())
         print(f"\nworst p99 {worst:.1f} ms (target <= {TARGET_MS:.0f} ms): {verdict}")
         return 0 if worst <= TARGET_MS else 1
     finally:
