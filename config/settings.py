@@ -91,6 +91,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "console.web.access.console_roles",
             ],
+            # `when`, the console's one way to write a time, on every page without a {% load %} each.
+            "builtins": ["console.templatetags.console_format"],
         },
     },
 ]

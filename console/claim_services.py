@@ -12,6 +12,7 @@ from django.db import transaction
 from console import models, services
 from console.errors import Conflict
 from console.review_services import identity
+from console.web.review_rows import when_text
 
 
 @transaction.atomic
@@ -28,7 +29,7 @@ def claim_take(*, execution_id: Any, approver: AbstractBaseUser) -> models.Revie
     if claim is None:
         return models.ReviewClaim.objects.create(execution=execution, approver=approver)
     if claim.approver_id != approver.pk:
-        since = f"{claim.created_at:%Y-%m-%d %H:%M} UTC"
+        since = when_text(claim.created_at)
         raise Conflict("claimed", f"{claim.approver.get_username()} has claimed this execution since {since}")
     return claim
 

@@ -24,6 +24,7 @@ from console import egress, models, records, services
 from console.audit import audit_append
 from console.errors import BadInput, NotFound
 from console.operator_services import actor_name
+from console.web.review_rows import when_text
 
 
 class DeliveryFailed(Exception):
@@ -100,18 +101,21 @@ def review_url(execution_id: Any) -> str:
 
 
 def hold_message(execution: models.Execution, record: models.PreflightRecord) -> dict[str, Any]:
-    """What a notification says: the call in words, why it waits, and where to decide (absolute URL)."""
+    """What a notification says: the call in its one line (the queue's summary), which tool, why it waits,
+    and where to decide (absolute URL)."""
     data = record.record
     call = f"{data.get('tool') or 'a tool'} on {data.get('server') or 'an unknown server'}"
+    summary = execution.summary or call
     why = "; ".join(data.get("reasons") or ()) or "it waits for an approver"
     url = review_url(execution.pk)
-    deadline = f" Decide before {execution.expires_at:%Y-%m-%d %H:%M} UTC." if execution.expires_at else ""
+    deadline = f" Decide before {when_text(execution.expires_at)}." if execution.expires_at else ""
     return {
-        "text": f"Preflight: {call} waits for a decision ({why}).{deadline} {url}",
+        "text": f"Preflight: {summary} ({call}) waits for a decision ({why}).{deadline} {url}",
         "execution": str(execution.pk),
         "server": data.get("server") or "",
         "tool": data.get("tool") or "",
-        "summary": call,
+        "summary": summary,
+        "call": call,
         "why": why,
         "url": url,
         "deadline": execution.expires_at.isoformat() if execution.expires_at else None,

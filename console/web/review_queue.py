@@ -15,7 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from console import models
@@ -103,13 +103,16 @@ class QueuePage:
 
 
 def _searched(qs: QuerySet[models.Execution], q: str) -> QuerySet[models.Execution]:
-    """Words of the summary, the tool, the principal or the server, each word anywhere in one of them."""
+    """Words of the summary, the tool, the principal or the server, each word anywhere in one of them.
+
+    The tools a word names are read first (the catalog is small): a condition on the execution's own columns
+    alone lets PostgreSQL combine its trigram indexes (migration 0013) instead of reading every row."""
     for word in q.split()[:5]:
+        named = models.ToolContract.objects.filter(Q(name__icontains=word) | Q(server__name__icontains=word))
         qs = qs.filter(
             Q(summary__icontains=word)
             | Q(principal__icontains=word)
-            | Q(contract__name__icontains=word)
-            | Q(contract__server__name__icontains=word)
+            | Q(contract__in=list(named.values_list("pk", flat=True)))
         )
     return qs
 
@@ -183,13 +186,16 @@ def held(filters: dict[str, Any], *, user: AbstractBaseUser | None = None) -> Qu
 def decided(filters: dict[str, Any]) -> QueuePage:
     """Executions that waited and were decided — granted, rejected or expired — most recent first: decided
     work leaves the queue but not the approver's sight."""
-    waited = models.PreflightRecord.objects.filter(execution=OuterRef("pk"), verdict__in=HELD)
+    # `IN (held records)` rather than a correlated EXISTS: PostgreSQL hashes it once, where the EXISTS was
+    # costed per row, high enough that every request paid ~30 ms of JIT compilation (bench/console.py).
+    waited = models.PreflightRecord.objects.filter(verdict__in=HELD).values("execution_id")
     kinds = {
         "rejected": Q(rejected_at__isnull=False),
         "expired": Q(expired_at__isnull=False),
-        "granted": Q(verdict="execute", rejected_at__isnull=True, expired_at__isnull=True, waited=True),
+        "granted": Q(verdict="execute", rejected_at__isnull=True, expired_at__isnull=True, pk__in=waited),
     }
-    base = _catalog(models.Execution.objects.annotate(waited=Exists(waited)), filters)
+    # A rejection and an expiry are recorded as a block: the verdict index leaves out every waiting call.
+    base = _catalog(models.Execution.objects.filter(verdict__in=("execute", "block")), filters)
     base = base.filter(kinds["rejected"] | kinds["expired"] | kinds["granted"])
     aggregate = base.aggregate(**{k: Count("pk", filter=q) for k, q in kinds.items()})
     counts = {k: aggregate[k] or 0 for k in DECISIONS}
@@ -213,8 +219,8 @@ def decided(filters: dict[str, Any]) -> QueuePage:
     now = timezone.now()
     for row in rows:
         row["decision"] = "rejected" if row["rejected_at"] else "expired" if row["expired_at"] else "granted"
-        when = row["rejected_at"] or row["expired_at"] or row["updated_at"]
-        row["decided_ago"] = age((now - when).total_seconds())
+        row["decided_at"] = row["rejected_at"] or row["expired_at"] or row["updated_at"]
+        row["decided_ago"] = age((now - row["decided_at"]).total_seconds())
     return QueuePage(rows, counts, total, number, pages)
 
 

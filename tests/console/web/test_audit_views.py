@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from review_support import person, signed_in, use_demo_bank
 from console import models, review_services
 from console.demo import review_data
 from console.records import record_body_digest
+from console.web.review_rows import when_text
 
 pytestmark = pytest.mark.django_db
 
@@ -200,3 +202,18 @@ def test_every_export_cell_an_agent_controls_is_neutralised(
     cells = [cell for row in rows[1:] for cell in row]
     assert rows[1:] and all(not cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in cells)
     assert {r[rows[0].index("principal")] for r in rows[1:]} == {"'" + f for f in FORMULAS}
+
+
+def test_the_history_and_a_record_write_times_as_the_review_page_does(
+    auditor: Client, history: list[models.Execution]
+) -> None:
+    record = models.PreflightRecord.objects.filter(execution=history[0]).latest("seq")
+
+    listed = auditor.get("/audit/").content.decode()
+    shown = auditor.get(f"/audit/records/{record.pk}/").content.decode()
+
+    # One format everywhere: `2026-12-02 10:21:43 UTC`, the zone named.
+    at = when_text(record.created_at)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", at)
+    assert f'<td data-label="when">{at}</td>' in listed
+    assert f"<dd>{at}, trigger" in shown

@@ -19,6 +19,7 @@ from console import claim_services, models, review_services, services
 from console.demo import review_data
 from console.demo.review_data import BOB
 from console.errors import Conflict
+from console.web.review_rows import when_text
 
 pytestmark = pytest.mark.django_db
 
@@ -291,3 +292,20 @@ def test_a_call_granted_after_waiting_is_listed_as_granted(approver: Client, ban
 
     assert [(r["id"], r["decision"]) for r in rows] == [(held.pk, "granted")]
     assert never_held.pk not in {r["id"] for r in rows}
+
+
+def test_the_queue_and_the_decided_list_write_times_as_the_review_page_does(
+    approver: Client, carol: User, repo: None
+) -> None:
+    waiting, rejected = delete("acme/wait"), delete("acme/no")
+    review_services.execution_reject(execution_id=rejected.pk, reason="not this one", reviewer=carol)
+    waiting.refresh_from_db()
+    rejected.refresh_from_db()
+
+    queue = approver.get("/executions/").content.decode()
+    decided = approver.get("/executions/decided/").content.decode()
+
+    # One format everywhere: `2026-12-02 10:21:43 UTC`, the zone named, beside how long ago.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", when_text(waiting.created_at))
+    assert f"since {when_text(waiting.created_at)}</time>" in queue
+    assert f">{when_text(rejected.rejected_at)}</time>" in decided
