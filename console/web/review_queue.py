@@ -15,7 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from console import models
