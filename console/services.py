@@ -696,9 +696,6 @@ def _preflight_reads(
     reads = [records.rules_read(), *_presets_reads(principal, request)]
     if rows is None:
         reads.insert(0, _contract_read(request))
-    next_id = records.next_id_read(models.PreflightRecord)  # the record's id, taken ahead
-    if next_id is not None:
-        reads.append(next_id)
     if not fresh:
         execution = models.Execution(pk=execution_id)
         reads += [records.evidence_read(execution), _lookup_counts_read(execution)]
@@ -719,9 +716,7 @@ def _call_summary(record: Record, contract: models.ToolContract | None, data: Ma
     return summarize(template, record.tool, record.principal, data["slots"])
 
 
-# The preflight, its gap report and its grant go into the audit chain in one write, at the end; the rows that
-# need no answer wait for the chain's lock and head, to go in that round trip.
-@records.batched_writes()
+# The preflight, its gap report and its grant go into the audit chain in one write, at the end.
 @audit_batch()
 def _store_record(
     execution: models.Execution,
@@ -742,19 +737,11 @@ def _store_record(
     execution.routes, execution.gap_classes, execution.unknown_count = models.record_summary(data)
     execution.summary = _call_summary(record, contract, data)
     if execution._state.adding:
-        # What Execution.save() does on insert, then the INSERT without the ORM's per-call SQL building.
-        execution.conversation_key = execution.conversation_key or models.conversation_key(
-            execution.principal, execution.request
-        )
-        records.insert_rows([execution])
-    elif execution.final_at is not None:
-        execution.save(update_fields=_RECORD_FIELDS)  # which refuses: a reviewer's no, or expiry, is final
+        execution.save(force_insert=True)
     else:
-        # Without the ORM's per-call SQL building; Execution.save() adds nothing else to an UPDATE. Every
-        # caller holds the execution's row lock.
-        records.update_row(execution, _RECORD_FIELDS, held=True)
+        # Refused if final (a reviewer's no, or expiry). Every caller holds the execution's row lock.
+        execution.save(update_fields=_RECORD_FIELDS)
     stored = models.PreflightRecord(
-        id=records.next_id(models.PreflightRecord),  # taken ahead, the INSERT can wait (`batched_writes`)
         execution=execution,
         seq=seq,
         contract=contract,
@@ -768,23 +755,20 @@ def _store_record(
         gap_classes=execution.gap_classes,
         unknown_count=execution.unknown_count,
     )
-    # Not PreflightRecord.save(), which would UPDATE the execution's summary a second time.
-    records.insert_rows([stored])
+    # bulk_create, not PreflightRecord.save(), which would UPDATE the execution's summary a second time.
+    models.PreflightRecord.objects.bulk_create([stored])
     if record.gaps:
-        records.insert_rows(
-            ids=False,
-            objs=[
-                models.GapRow(
-                    execution=execution,
-                    record=stored,
-                    cls=g.cls,
-                    server=record.server,
-                    tool=record.tool,
-                    slot=g.slot,
-                    detail=g.detail,
-                )
-                for g in record.gaps
-            ],
+        models.GapRow.objects.bulk_create(
+            models.GapRow(
+                execution=execution,
+                record=stored,
+                cls=g.cls,
+                server=record.server,
+                tool=record.tool,
+                slot=g.slot,
+                detail=g.detail,
+            )
+            for g in record.gaps
         )
     audit_append(
         kind="preflight",
@@ -811,7 +795,7 @@ def _store_record(
         )
     grant = None
     if record.verdict == "execute":
-        grant = _issue_grant(execution, stored, ids=False)
+        grant = _issue_grant(execution, stored)
     elif record.verdict == "measure":
         _dispatch_lookups(execution, record)
     elif record.verdict == "deferred" and execution.timing_at is not None:
@@ -856,7 +840,20 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         if not seen.get(m.key, (0, 0, 0))[1]  # one is running already: its group's last task preflights again
     ]
     if rows:
-        records.insert_pending_lookups(execution, rows)  # one statement for the frontier
+        now = _now()
+        models.Observation.objects.bulk_create(  # one statement for the frontier
+            models.Observation(
+                execution=execution,
+                measure=measure,
+                lookup=lookup,
+                args=dict(args),
+                args_digest=args_digest,
+                key=key,
+                task_key=task_key,
+                dispatched_at=now,
+            )
+            for measure, lookup, args, args_digest, key, task_key in rows
+        )
         transaction.on_commit(partial(_lookups_after_commit, execution, [row[4] for row in rows]))
 
 
@@ -1188,7 +1185,7 @@ def _fill_sql() -> str:
     obs = records.table(models.Observation)
     return (
         f"UPDATE {obs} o SET value = r.value, error = r.error, observed_at = r.observed_at"
-        # Binary arrays: no quoting of each element (see `records.insert_rows`).
+        # Binary arrays (%b): no quoting of each element.
         " FROM UNNEST((%b)::bigint[], (%b)::jsonb[], (%b)::text[], (%b)::timestamptz[])"
         " AS r(id, value, error, observed_at) WHERE o.id = r.id AND o.observed_at IS NULL"
     )
@@ -1403,10 +1400,7 @@ def _fresh_until(record: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(raw) if isinstance(raw, str) else None
 
 
-def _issue_grant(
-    execution: models.Execution, stored: models.PreflightRecord, *, ids: bool = True
-) -> models.Grant:
-    """`ids=False`: nobody reads the grant's own id (left None), so its INSERT may wait (`batched_writes`)."""
+def _issue_grant(execution: models.Execution, stored: models.PreflightRecord) -> models.Grant:
     record = stored.record
     _, claims = signer().issue(
         execution_id=str(execution.pk),
@@ -1428,8 +1422,7 @@ def _issue_grant(
         claims=asdict(claims),
         expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
     )
-    # What create() would write (Grant has no save() of its own), without building the INSERT on every call.
-    records.insert_rows([grant], ids=ids)
+    grant.save(force_insert=True)
     audit_append(
         kind="grant",
         execution_id=execution.pk,
