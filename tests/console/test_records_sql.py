@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import (
     DataError,
@@ -19,9 +20,7 @@ from django.db import (
 
 from console import models, records
 
-on_postgresql = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="pipelines and UNNEST inserts are PostgreSQL's"
-)
+on_postgresql = pytest.mark.skipif(connection.vendor != "postgresql", reason="pipelines are PostgreSQL's")
 
 LOCK_KEY = 7_341_905  # an advisory lock no code of the project takes
 
@@ -189,3 +188,17 @@ def waiter_seen(cursor: Any, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+@pytest.fixture
+def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every psycopg pipeline opened from now on."""
+    opened: list[Any] = []
+    real = psycopg.Connection.pipeline
+
+    def spy(self: psycopg.Connection[Any]) -> Any:
+        opened.append(self)
+        return real(self)
+
+    monkeypatch.setattr(psycopg.Connection, "pipeline", spy)
+    return opened

@@ -150,11 +150,10 @@ def test_a_settle_given_the_results_records_them_and_preflights_again_within_the
     agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     execution = models.Execution.objects.get(pk=posted_sweep(agent, monkeypatch))
-    known = (execution.principal, execution.request)
     results = lookup_results(str(execution.pk))
 
     with CaptureQueriesContext(connection) as queries:
-        stored = services.lookups_settled(execution_id=execution.pk, results=results, known=known)
+        stored = services.lookups_settled(execution_id=execution.pk, results=results)
 
     assert stored is not None
     assert stored.verdict == "measure"
