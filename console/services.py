@@ -599,22 +599,14 @@ def _tries(counts: tuple[int, int, int]) -> int:
 
 def _expire_lost_lookups(execution: models.Execution, now: datetime) -> None:
     # A lookup whose task vanished (worker and broker both lost it) must not keep the execution waiting.
-    # Plain SQL, built once: the ORM spent more CPU building this UPDATE than PostgreSQL spent running it.
     cutoff = now - timedelta(seconds=settings.PREFLIGHT_LOOKUP_LOST_AFTER_S)
-    field = models.Observation._meta.get_field("observed_at")
-    at = field.get_db_prep_value(now, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _expire_sql(),
-            [
-                "the lookup was lost (no result within the time limit)",
-                at,
-                at,  # retry_after, for now: `_back_off_lost_lookups` sets when
-                _execution_pk(execution.pk),
-                field.get_db_prep_value(cutoff, connection),
-            ],
-        )
-        lost = cursor.rowcount
+    lost = models.Observation.objects.filter(
+        execution=execution, observed_at__isnull=True, dispatched_at__lt=cutoff, unsent__isnull=True
+    ).update(
+        error="the lookup was lost (no result within the time limit)",
+        observed_at=now,
+        retry_after=now,  # for now: `_back_off_lost_lookups` sets when
+    )
     if lost:
         _back_off_lost_lookups(execution, now)
 
@@ -652,14 +644,6 @@ def infra_retry_due(*, execution_id: Any | None = None, now: datetime | None = N
     if execution_id is not None:
         due = due.filter(execution_id=execution_id)
     return list(due.values_list("execution_id", flat=True).distinct())
-
-
-@records.per_vendor
-def _expire_sql() -> str:
-    return (
-        f"UPDATE {records.table(models.Observation)} SET error = %s, observed_at = %s, retry_after = %s"
-        " WHERE execution_id = %s AND observed_at IS NULL AND dispatched_at < %s AND unsent IS NULL"
-    )
 
 
 def _preflight_and_record(
