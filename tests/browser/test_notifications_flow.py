@@ -158,10 +158,12 @@ def test_an_approver_is_mailed_and_webhooked_and_the_link_opens_the_review(
 
     [mail] = wait_for(lambda: smtp.messages)
     link = f"{live_server.url}/executions/{execution.pk}/"
-    assert mail["To"] == "ann@example.com" and "pay on billing" in mail["Subject"]
+    execution.refresh_from_db()
+    assert execution.summary.startswith("pay: ")  # the call in words, from its first settled arguments
+    assert mail["To"] == "ann@example.com" and execution.summary in mail["Subject"]
     assert link in mail.get_payload(decode=True).decode()
     [hook] = wait_for(lambda: hooks)
-    assert hook["url"] == link and link in hook["text"]
+    assert hook["url"] == link and link in hook["text"] and hook["summary"] == execution.summary
 
     approver = browser_page(person("carol", "approver"))
     approver.goto(re.search(r"http\S+/executions/\S+/", hook["text"])[0])  # type: ignore[index]
