@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
+import attrs
+
 from .canonical import digest, digest_written_as_is, written_as_is
 
 __all__ = [
@@ -31,7 +33,7 @@ GapClass = Literal["user_gap", "provider_gap", "source_gap", "implementation_gap
 Status = Literal["known", "null", "unknown"]
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Finding:
     source: str
     outcome: Literal["found", "no_result", "error"]
@@ -51,7 +53,7 @@ class Finding:
         return cls(data["source"], data["outcome"], data.get("pointer"), data.get("detail"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@attrs.frozen(kw_only=True)
 class SlotState:
     key: str
     kind: Literal["value", "condition", "intent"]
