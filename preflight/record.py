@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 import attrs
@@ -153,7 +152,7 @@ class SlotState:
 QuestionKind = Literal["value", "choice", "without", "confirmation", "consent"]
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Question:
     """What the user is asked. `schema` is what an answer must satisfy before it counts (otherwise 422
     `invalid_answer`). `kind`: "value" (say the value), "choice" (pick one of `options`, by label or
@@ -205,7 +204,7 @@ class Question:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Gap:
     cls: GapClass
     slot: str
@@ -219,7 +218,7 @@ class Gap:
         return cls(data["class"], data["slot"], data["detail"])
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Unmet:
     id: str
     on_false: Literal["hold", "block"]
@@ -233,7 +232,7 @@ class Unmet:
         return cls(data["id"], data["on_false"], data.get("text") or "")
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class MeasureRequest:
     """One lookup whose inputs are settled: the caller runs a frontier of these in parallel."""
 
@@ -258,7 +257,7 @@ class MeasureRequest:
         return cls(data["measure"], data["lookup"], data["args"], args_digest, 0.0)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@attrs.frozen(kw_only=True)
 class Record:
     verdict: Verdict
     server: str
