@@ -56,7 +56,7 @@ class Span:
     end: int
 
 
-@attrs.frozen
+@attrs.frozen  # built for every pointer read: attrs builds a frozen value faster (see record.py)
 class SpanCheck:
     """The outcome of reading a pointer. `text` is what the pointer covers, whether or not it verified."""
 

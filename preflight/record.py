@@ -1,4 +1,9 @@
-"""The immutable outcome of one preflight, and its JSON form (the record of the Agent API)."""
+"""The immutable outcome of one preflight, and its JSON form (the record of the Agent API).
+
+Its values are attrs frozen classes, not frozen dataclasses: one preflight builds some thirty of them, and a
+frozen dataclass's __init__ (object.__setattr__ looked up per field) made that a fifth of the call; attrs'
+is about twice as fast, with the same immutability and types. Copy one with attrs.evolve.
+"""
 
 from __future__ import annotations
 
