@@ -6,11 +6,11 @@ The reviewer's identity is always the signed-in user passed in by the view, neve
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import attrs
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -269,7 +269,7 @@ def final_record(
         detail=detail,
     )
     base = Record.from_json(latest)
-    return dataclasses.replace(
+    return attrs.evolve(
         base,
         verdict="block",
         slots=(*base.slots, decision),

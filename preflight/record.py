@@ -1,10 +1,16 @@
-"""The immutable outcome of one preflight, and its JSON form (the record of the Agent API)."""
+"""The immutable outcome of one preflight, and its JSON form (the record of the Agent API).
+
+Its values are attrs frozen classes, not frozen dataclasses: one preflight builds some thirty of them, and a
+frozen dataclass's __init__ (object.__setattr__ looked up per field) made that a fifth of the call; attrs'
+is about twice as fast, with the same immutability and types. Copy one with attrs.evolve.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
+
+import attrs
 
 from .canonical import digest, digest_written_as_is, written_as_is
 
@@ -31,7 +37,7 @@ GapClass = Literal["user_gap", "provider_gap", "source_gap", "implementation_gap
 Status = Literal["known", "null", "unknown"]
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Finding:
     source: str
     outcome: Literal["found", "no_result", "error"]
@@ -51,7 +57,7 @@ class Finding:
         return cls(data["source"], data["outcome"], data.get("pointer"), data.get("detail"))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@attrs.frozen(kw_only=True)
 class SlotState:
     key: str
     kind: Literal["value", "condition", "intent"]
@@ -151,7 +157,7 @@ class SlotState:
 QuestionKind = Literal["value", "choice", "without", "confirmation", "consent"]
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Question:
     """What the user is asked. `schema` is what an answer must satisfy before it counts (otherwise 422
     `invalid_answer`). `kind`: "value" (say the value), "choice" (pick one of `options`, by label or
@@ -203,7 +209,7 @@ class Question:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Gap:
     cls: GapClass
     slot: str
@@ -217,7 +223,7 @@ class Gap:
         return cls(data["class"], data["slot"], data["detail"])
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class Unmet:
     id: str
     on_false: Literal["hold", "block"]
@@ -231,7 +237,7 @@ class Unmet:
         return cls(data["id"], data["on_false"], data.get("text") or "")
 
 
-@dataclass(frozen=True, slots=True)
+@attrs.frozen
 class MeasureRequest:
     """One lookup whose inputs are settled: the caller runs a frontier of these in parallel."""
 
@@ -256,7 +262,7 @@ class MeasureRequest:
         return cls(data["measure"], data["lookup"], data["args"], args_digest, 0.0)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@attrs.frozen(kw_only=True)
 class Record:
     verdict: Verdict
     server: str

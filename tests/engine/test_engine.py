@@ -5,6 +5,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import attrs
 from builders import NOW, Said, request, run, tool
 
 from preflight import Answer, Evidence, ExecutionRequest, Observation, Preset, PriorValue, approve
@@ -595,5 +596,5 @@ def test_a_record_survives_to_json_and_from_json(alice: Said, grounded: Executio
         back = Record.from_json(json.loads(json.dumps(record.to_json())))
         assert back.to_json() == record.to_json()
         # The lookups' max age is the plan's and not in the JSON; everything else comes back as it was.
-        assert replace(back, measures=record.measures) == record
+        assert attrs.evolve(back, measures=record.measures) == record
         assert [m.key for m in back.measures] == [m.key for m in record.measures]

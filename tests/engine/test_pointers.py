@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import unicodedata
 from decimal import Decimal
 
@@ -56,7 +55,7 @@ def test_the_reasons_are_the_agreed_fixed_set() -> None:
 def test_values_are_immutable() -> None:
     turn, span, check = user("x"), Span(0, 0, 1), SpanCheck(ok=True, reason=None, text="x")
     for obj, field in ((turn, "trusted"), (span, "end"), (check, "ok")):
-        with pytest.raises(dataclasses.FrozenInstanceError):
+        with pytest.raises(AttributeError):  # what frozen dataclasses and attrs classes both raise
             setattr(obj, field, 0)
 
 
