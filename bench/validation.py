@@ -82,7 +82,7 @@ def main() -> None:
     gc.collect()
     print(f"Python {sys.version.split()[0]}, single thread, time.perf_counter_ns")
     print(speed_line())
-    rs_version = getattr(jsonschema_rs, "__version__", "installed") if jsonschema_rs else "not installed"
+    rs_version = _version("jsonschema-rs") if jsonschema_rs else "not installed"
     print(f"jsonschema {_version('jsonschema')}, jsonschema-rs {rs_version}\n")
 
     times: dict[tuple[str, str], list[float]] = {}
@@ -127,7 +127,9 @@ def main() -> None:
                     differing.append(f"{server}/{tool['name']} ({kind}): verdicts differ")
                 want = sorted(e.message for e in plain.iter_errors(payload))
                 got = sorted(e.message for e in rs.iter_errors(payload))
-                if want == got:
+                if kind == "valid":
+                    pass
+                elif want == got:
                     same_messages += 1
                 else:
                     differing.append(f"{server}/{tool['name']}: {want[:1]} vs {got[:1]}")
@@ -144,7 +146,7 @@ def main() -> None:
         )
     if jsonschema_rs is not None:
         print(f"\njsonschema-rs vs jsonschema: {same_verdict}/{compared} same verdicts,")
-        print(f"    {same_messages}/{compared} same error messages ({invalid_count} invalid payloads)")
+        print(f"    {same_messages}/{invalid_count} invalid payloads with the same error messages")
         for line in differing[:8]:
             print("    " + line)
         if len(differing) > 8:
@@ -152,9 +154,12 @@ def main() -> None:
 
 
 def _version(name: str) -> str:
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    return version(name)
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "(version unknown)"
 
 
 if __name__ == "__main__":
