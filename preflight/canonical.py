@@ -29,35 +29,19 @@ def canonical_json(obj: object) -> bytes:
     representation would let two different values share a digest.
     """
     try:
-        # Most values (every record, every payload the engine builds) are already plain: then the encoder
-        # can read them as they are, and the copying walk below is skipped.
+        # Most values (every record, every payload the engine builds) are already plain: then sorted compact
+        # json.dumps is byte-for-byte RFC 8785 (same escapes, same key order), at a fraction of the
+        # pure-Python encoder's cost. The rest (integral floats, read-only Mappings) is rare enough for
+        # rfc8785 itself: a second, copying fast path measured no gain per call (bench/RESULTS.md).
         if written_as_is(obj):
-            plain, exact = obj, True
-        else:
-            plain, exact = _fast(obj)
-    except (_NotPlain, RecursionError):
-        # The slow walk names the offending location (and finds cycles) for the error message.
-        _plain(obj, "$", set())
-        raise AssertionError("the fast and the slow walk disagree") from None
-    if exact:
-        # Without integral or extreme floats and astral-plane keys, sorted compact json.dumps is
-        # byte-for-byte RFC 8785 (same escapes, same key order), at a fraction of the pure-Python
-        # encoder's cost.
-        text = _encode(plain)
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError:
-            _plain(obj, "$", set())  # a lone surrogate: raises with its location
-            raise
+            return _encode(obj).encode("utf-8")
+    except (RecursionError, UnicodeEncodeError):
+        pass  # a cycle or a lone surrogate: the walk below names it
     # _plain has produced only JSON types; rfc8785 just cannot see that through `object`.
     return rfc8785.dumps(_plain(obj, "$", set()))  # type: ignore[arg-type]
 
 
-class _NotPlain(Exception):
-    pass
-
-
-# Cycles never reach the encoder (both walks before it recurse until RecursionError on one), so its own
+# Cycles never reach the encoder (written_as_is recurses until RecursionError on one first), so its own
 # circular-reference bookkeeping is pure cost.
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True, separators=(",", ":")
@@ -92,7 +76,7 @@ def written_as_is(obj: Any) -> bool:
     """True when json.dumps already writes `obj` exactly as RFC 8785: nothing but dicts (str keys, none
     beyond the Basic Multilingual Plane), lists and tuples, holding exact str, bool, None, ints within
     ±(2**53 - 1) and non-integral floats that Python and ECMAScript spell alike. False means "take the
-    copying walk", which also decides what is an error."""
+    general path" (rfc8785 after a walk that also decides what is an error)."""
     t = type(obj)
     if t is dict:
         for key, value in obj.items():
@@ -126,52 +110,9 @@ def _scalar_as_is(value: Any) -> bool:
     if vt is int:
         return bool(-_INT_LIMIT <= value <= _INT_LIMIT)
     # NaN and the infinities fail the range test; integral floats need rewriting (120.0 is written 120).
+    # In this range Python's repr and ECMAScript's Number::toString both write the shortest round-trip
+    # digits in plain decimal notation; outside it their exponent forms differ.
     return vt is float and 1e-4 <= abs(value) < 1e16 and not value.is_integer()
-
-
-def _fast(obj: Any) -> tuple[Any, bool]:
-    """Copy a JSON value to plain types; the flag says whether json.dumps spells it exactly as RFC 8785."""
-    if obj is None or obj is True or obj is False or type(obj) is str:
-        return obj, True
-    if type(obj) is int:
-        if not -_INT_LIMIT <= obj <= _INT_LIMIT:
-            raise _NotPlain
-        return obj, True
-    if type(obj) is float:
-        if not math.isfinite(obj):
-            raise _NotPlain
-        if obj.is_integer() and -_INT_LIMIT <= obj <= _INT_LIMIT:
-            return int(obj), True  # RFC 8785 writes 120.0 as 120
-        # In this range Python's repr and ECMAScript's Number::toString both write the shortest
-        # round-trip digits in plain decimal notation; outside it their exponent forms differ.
-        return obj, not obj.is_integer() and 1e-4 <= abs(obj) < 1e16
-    if isinstance(obj, Mapping):
-        out = {}
-        exact = True
-        for key, value in obj.items():
-            if type(key) is not str:
-                raise _NotPlain
-            if exact and not key.isascii() and max(map(ord, key)) > 0xFFFF:
-                exact = False  # RFC 8785 sorts by UTF-16 code units; Python by code points
-            out[key], ok = _fast(value)
-            exact = exact and ok
-        return out, exact
-    if isinstance(obj, list | tuple):
-        items = []
-        exact = True
-        for item in obj:
-            plain, ok = _fast(item)
-            items.append(plain)
-            exact = exact and ok
-        return items, exact
-    # Subclasses (str and int enums): their plain value, as the slow walk would hand it to rfc8785.
-    if isinstance(obj, str):
-        return str.__str__(obj), True
-    if isinstance(obj, int):
-        return _fast(int(obj))
-    if isinstance(obj, float):
-        return _fast(float(obj))
-    raise _NotPlain
 
 
 def digest(obj: object) -> str:

@@ -228,7 +228,7 @@ _json = st.recursive(
 
 
 @given(_json)
-def test_a_value_written_as_is_gets_the_same_bytes_as_the_copying_walk(value: Any) -> None:
+def test_a_value_written_as_is_gets_the_same_bytes_as_rfc8785(value: Any) -> None:
     expected = rfc8785.dumps(json.loads(json.dumps(value, default=dict)))
     assert canonical_json(value) == expected
     if written_as_is(value):
