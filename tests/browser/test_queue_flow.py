@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 
 from console import models
 from console.demo import review_data
+from console.web import audit as audit_views
 from console.web import review_queue
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -98,6 +99,42 @@ def test_the_audit_pages_csv_export_after_filtering_holds_exactly_the_rows_shown
     exported_rows = [[r["execution_id"][:8], r["seq"], r["verdict"], r["principal"]] for r in rows]
     assert exported_rows == shown
     assert shown == [[str(alices.pk)[:8], s, "ask", "user:alice"] for s in ("2", "1")]
+
+
+def test_the_audit_pages_pages_keep_its_filter_and_list_each_record_once(
+    browser_page: Callable[..., Any], screenshot: Callable[[Any, str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit_views, "PAGE_SIZE", 2)  # the live server runs in this process
+    review_data.register_bank()
+    register_repo()
+    alices = review_data.held_transfer()
+    user_answers(alices, {"arg:memo": "rent"})
+    user_answers(alices, {"arg:memo": "rent, March"})
+    held_deletion("acme/web", principal="user:bob")  # filtered out
+    page = browser_page(person("erin", "auditor"))
+
+    page.goto("/audit/")
+    page.get_by_label("principal").fill("user:alice")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("#records .exports")).to_contain_text("3 records")
+
+    def seqs() -> list[str]:
+        return page.locator("table.records tbody tr").evaluate_all(
+            "rows => rows.map(r => r.cells[2].innerText.trim())"
+        )
+
+    first = seqs()
+    assert not [h for h in hrefs(page, ".pager a") if "??" in h]
+    page.get_by_role("link", name="older →").click()
+    expect(page.locator(".pager")).to_contain_text("page 2 of 2")
+    expect(page).to_have_url(re.compile(r"principal=user%3Aalice.*page=2|page=2.*principal=user%3Aalice"))
+    second = seqs()
+    screenshot(page, "audit-page-2")
+    assert len(first) == 2 and len(second) == 1
+    assert sorted(first + second) == ["1", "2", "3"]  # every record of Alice's, once, none of Bob's
+    page.get_by_role("link", name="← newer").click()
+    expect(page.locator(".pager")).to_contain_text("page 1 of 2")
+    assert seqs() == first
 
 
 def test_an_invalid_filter_value_is_a_400_page_that_names_the_field(browser_page: Callable[..., Any]) -> None:
