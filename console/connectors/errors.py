@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from console import json_values
-
-if TYPE_CHECKING:
-    pass
 
 
 class ToolCallFailed(Exception):

@@ -5,13 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from console import egress, json_values
-
-if TYPE_CHECKING:
-    pass
-
 from console.connectors import transport
 from console.connectors.errors import MeasureFailed, OutcomeUnknown, ToolCallFailed
 from console.connectors.tools import CALL_GRACE_S, connect_timeout, first_text, mcp_call, result_bytes

@@ -11,17 +11,12 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import anyio
 from django.conf import settings
 
 from console import egress
-from preflight.canonical import canonical_json
-
-if TYPE_CHECKING:
-    pass
-
 from console.connectors.errors import OutcomeUnknown, ToolCallFailed
 from console.connectors.transport import (
     allow_listed_http_client,
@@ -30,6 +25,7 @@ from console.connectors.transport import (
     run_async,
     run_with_deadline,
 )
+from preflight.canonical import canonical_json
 
 logger = logging.getLogger(__name__)
 
