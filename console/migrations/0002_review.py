@@ -12,18 +12,20 @@ import hashlib
 import json
 
 import django.db.models.deletion
+from django.apps.registry import Apps
 from django.conf import settings
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
-def _conversation_key(principal, request):
+def _conversation_key(principal: str, request: object) -> str:
     # Same as console.models.conversation_key; copied so the migration never changes with the model code.
     turns = request.get("conversation") if isinstance(request, dict) else None
     raw = json.dumps([principal, turns or []], sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(raw.encode()).hexdigest()
 
 
-def _summary(record):
+def _summary(record: object) -> tuple[str, str, int]:
     if not isinstance(record, dict):
         return "", "", 0
     slots = record.get("slots") or []
@@ -35,7 +37,7 @@ def _summary(record):
     return (f" {' '.join(routes)} " if routes else ""), (f" {' '.join(gaps)} " if gaps else ""), unknown
 
 
-def backfill(apps, schema_editor):
+def backfill(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     # Queryset updates: these models refuse save() on existing rows (append-only), and none is needed.
     Execution = apps.get_model("console", "Execution")
     PreflightRecord = apps.get_model("console", "PreflightRecord")
@@ -43,12 +45,14 @@ def backfill(apps, schema_editor):
         routes, gaps, unknown = _summary(record)
         PreflightRecord.objects.filter(pk=pk).update(routes=routes, gap_classes=gaps, unknown_count=unknown)
     rows = Execution.objects.values_list("pk", "principal", "request", "records").iterator(500)
-    for pk, principal, request, seq in rows:
+    for execution_pk, principal, request, seq in rows:
         latest = (
-            PreflightRecord.objects.filter(execution_id=pk, seq=seq).values_list("record", flat=True).first()
+            PreflightRecord.objects.filter(execution_id=execution_pk, seq=seq)
+            .values_list("record", flat=True)
+            .first()
         )
         routes, gaps, unknown = _summary(latest)
-        Execution.objects.filter(pk=pk).update(
+        Execution.objects.filter(pk=execution_pk).update(
             conversation_key=_conversation_key(principal, request),
             routes=routes,
             gap_classes=gaps,
