@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, Concatenate, cast
 from urllib.parse import quote
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AbstractUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django_htmx.http import HttpResponseClientRedirect
+
+from console.web.requests import SignedInRequest
 
 APPROVER = "approver"
 OPERATOR = "operator"
@@ -29,15 +31,16 @@ ROLES = (APPROVER, OPERATOR, AUDITOR)
 
 def roles_of(user: Any) -> frozenset[str]:
     """The roles a user holds, read once per request (cached on the user object the request carries)."""
-    if not user.is_authenticated or not isinstance(user, AbstractBaseUser):
+    if not user.is_authenticated or not isinstance(user, AbstractUser):
         return frozenset()  # anonymous, or an API token's caller (console.api.auth.Agent): no console role
-    cached = getattr(user, "_preflight_roles", None)
+    cached: frozenset[str] | None = getattr(user, "_preflight_roles", None)
     if cached is None:
         if user.is_superuser:
             cached = frozenset(ROLES)
         else:
             cached = frozenset(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-        user._preflight_roles = cached
+        # A per-request cache, not a field: set by name, as the user model declares no such attribute.
+        setattr(user, "_preflight_roles", cached)  # noqa: B010
     return cached
 
 
@@ -64,20 +67,25 @@ def login_redirect(request: HttpRequest) -> HttpResponse:
     return redirect_to_login(request.get_full_path())
 
 
-def role_required(
+def role_required[**P, R: HttpResponseBase](
     *roles: str, what: str = "This page"
-) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+) -> Callable[
+    [Callable[Concatenate[SignedInRequest, P], R]], Callable[Concatenate[HttpRequest, P], R | HttpResponse]
+]:
     """Login required, then one of `roles`; otherwise a 403 that names the missing role. `what` names the
     page or action in that sentence ("Approving")."""
 
-    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorator(
+        view: Callable[Concatenate[SignedInRequest, P], R],
+    ) -> Callable[Concatenate[HttpRequest, P], R | HttpResponse]:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs) -> R | HttpResponse:
             if not request.user.is_authenticated:
                 return login_redirect(request)
             if not has_role(request.user, *roles):
                 raise PermissionDenied(refusal(request.user, roles, what))
-            return view(request, *args, **kwargs)
+            # Signed in (checked above) and through HtmxMiddleware (settings.MIDDLEWARE).
+            return view(cast(SignedInRequest, request), *args, **kwargs)
 
         return wrapped
 

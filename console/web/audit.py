@@ -16,7 +16,7 @@ from typing import Any
 from django import forms
 from django.core.paginator import Paginator
 from django.db.models import F, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
@@ -27,6 +27,7 @@ from console.records import record_body_digest
 from console.web.access import AUDITOR, role_required
 from console.web.csv_cells import csv_cell
 from console.web.filters import CatalogFilter
+from console.web.requests import SignedInRequest
 
 VERDICTS = ("execute", "ask", "measure", "hold", "block", "deferred")
 PAGE_SIZE = 50
@@ -62,7 +63,7 @@ class RecordFilter(CatalogFilter):
 
     def problems(self) -> list[str]:
         """Each invalid filter and why: said instead of listing (or exporting) every record."""
-        return [f"{name}: {' '.join(errors)}" for name, errors in self.errors.items()]
+        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]
 
 
 def filtered(data: dict[str, Any]) -> QuerySet[models.PreflightRecord]:
@@ -95,7 +96,7 @@ def _rows(
 ) -> QuerySet[models.PreflightRecord, dict[str, Any]]:
     # The record JSON only for the JSONL export: a list of thousands must not load thousands of documents.
     extra = ("record",) if with_record else ()
-    return qs.order_by("-created_at", "-pk").values(
+    rows: QuerySet[models.PreflightRecord, dict[str, Any]] = qs.order_by("-created_at", "-pk").values(
         *extra,
         "pk",
         "execution_id",
@@ -111,11 +112,12 @@ def _rows(
         server=F("contract__server__name"),
         tool=F("contract__name"),
     )
+    return rows
 
 
 @role_required(AUDITOR)
 @require_GET
-def records(request: HttpRequest) -> HttpResponse:
+def records(request: SignedInRequest) -> HttpResponse:
     form = RecordFilter(request.GET)
     template = "console/audit/records.html"
     if not form.is_valid():
@@ -123,14 +125,14 @@ def records(request: HttpRequest) -> HttpResponse:
         context = {"form": form, "page": empty, "problems": form.problems()}
         return render(request, template, context, status=400)
     page = Paginator(_rows(filtered(form.cleaned_data)), PAGE_SIZE).get_page(form.cleaned_data["page"])
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         template += "#records"
     return render(request, template, {"form": form, "page": page})
 
 
 @role_required(AUDITOR)
 @require_GET
-def record_detail(request: HttpRequest, record_id: int) -> HttpResponse:
+def record_detail(request: SignedInRequest, record_id: int) -> HttpResponse:
     row = get_object_or_404(models.PreflightRecord.objects.select_related("execution"), pk=record_id)
     recomputed = record_body_digest(row.record)
     events = models.AuditEvent.objects.filter(execution_id=row.execution_id).order_by("seq")
@@ -146,12 +148,12 @@ def record_detail(request: HttpRequest, record_id: int) -> HttpResponse:
 
 @role_required(AUDITOR)
 @require_http_methods(["GET", "POST"])
-def verify(request: HttpRequest) -> HttpResponse:
+def verify(request: SignedInRequest) -> HttpResponse:
     # POST, not GET: a walk of the whole chain is work someone asked for, not something a crawler or a
     # prefetching browser should start.
     report = verify_all() if request.method == "POST" else None
     template = "console/audit/verify.html"
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         template += "#result"
     return render(request, template, {"report": report, "checked_at": timezone.now()})
 
@@ -161,7 +163,7 @@ class _Echo:
         return value
 
 
-def _export_filter(request: HttpRequest) -> RecordFilter | HttpResponse:
+def _export_filter(request: SignedInRequest) -> RecordFilter | HttpResponse:
     """The list page's filters, or a 400 naming the invalid ones: an export is exactly what the page lists."""
     form = RecordFilter(request.GET)
     if not form.is_valid():
@@ -181,7 +183,7 @@ def _filename(ext: str) -> str:
 
 @role_required(AUDITOR)
 @require_GET
-def export_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+def export_csv(request: SignedInRequest) -> HttpResponse | StreamingHttpResponse:
     form = _export_filter(request)
     if isinstance(form, HttpResponse):
         return form
@@ -200,7 +202,7 @@ def export_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
 
 @role_required(AUDITOR)
 @require_GET
-def export_jsonl(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+def export_jsonl(request: SignedInRequest) -> HttpResponse | StreamingHttpResponse:
     """One line per record: the columns of the CSV plus the full record, which its digest can be checked
     against (sha256 over the RFC 8785 canonical JSON of the record without `record_digest`)."""
     form = _export_filter(request)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
 from django import forms
@@ -31,6 +31,7 @@ from console.operator_services import (
 )
 from console.web.access import has_role, role_required
 from console.web.operator_charts import sparkline, stacked_bars, stacked_columns
+from console.web.requests import SignedInRequest
 
 DAY_CHOICES = (7, 14, 30, 90)
 TOP_ROWS = 12
@@ -39,7 +40,11 @@ TABLE_ROWS = 100
 
 class DashboardFilters(forms.Form):
     days = forms.TypedChoiceField(
-        choices=[(d, f"last {d} days") for d in DAY_CHOICES], coerce=int, required=False, empty_value=30
+        choices=[(d, f"last {d} days") for d in DAY_CHOICES],
+        coerce=int,
+        required=False,
+        # django-stubs types empty_value as str; Django takes any value.
+        empty_value=30,  # type: ignore[arg-type]
     )
     cls = forms.ChoiceField(
         choices=[("", "all causes"), *((c, GAP_CLASS_LABELS[c]) for c in GAP_CLASSES)],
@@ -48,6 +53,39 @@ class DashboardFilters(forms.Form):
     )
     server = forms.CharField(required=False, max_length=200)
     tool = forms.CharField(required=False, max_length=200)
+
+
+class SlotGaps(TypedDict):
+    """Query 2's row: the gaps of one slot of one tool, of one class, with the kind of gap it is."""
+
+    cls: str
+    server: str
+    tool: str
+    slot: str
+    executions: int
+    records: int
+    last: datetime
+    detail: str
+    kind: str
+
+
+class ReportRef(TypedDict):
+    """An open or sent provider-gap report, as the gap table links to it."""
+
+    id: int
+    server: str
+    tool: str
+    slot: str
+    status: str
+
+
+class TableRow(SlotGaps):
+    """A row of the gap table: the slot's gaps, the report already filed for it, how to file one."""
+
+    report: ReportRef | None
+    reportable: bool
+    report_query: str
+    label: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +136,17 @@ def dashboard_data(filters: Filters, *, now: datetime | None = None) -> dict[str
     days = [first_day + timedelta(days=i) for i in range(filters.days)]
     index = {d: i for i, d in enumerate(days)}
     series: dict[str, list[int]] = {c: [0] * len(days) for c in GAP_CLASSES}
-    for row in per_day:
-        day = row["day"]
+    for cell in per_day:
+        day = cell["day"]
         if isinstance(day, datetime):
             day = day.date()
-        if day in index and row["cls"] in series:
-            series[row["cls"]][index[day]] += row["n"]
+        if day in index and cell["cls"] in series:
+            series[cell["cls"]][index[day]] += cell["n"]
 
     # Query 2: gaps (one slot of one execution) per class, tool and slot.
-    per_slot = list(
-        base.values("cls", "server", "tool", "slot")
+    per_slot: list[SlotGaps] = [
+        {**row, "kind": gap_kind(row["cls"], row["slot"])}
+        for row in base.values("cls", "server", "tool", "slot")
         .annotate(
             executions=Count("execution", distinct=True),
             records=Count("record", distinct=True),
@@ -115,7 +154,7 @@ def dashboard_data(filters: Filters, *, now: datetime | None = None) -> dict[str
             detail=Max("detail"),
         )
         .order_by("-executions", "cls", "server", "tool", "slot")
-    )
+    ]
 
     classes = [c for c in GAP_CLASSES if not filters.cls or c == filters.cls]
     totals: dict[str, int] = defaultdict(int)
@@ -123,7 +162,6 @@ def dashboard_data(filters: Filters, *, now: datetime | None = None) -> dict[str
     by_tool: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     by_kind: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for row in per_slot:
-        row["kind"] = gap_kind(row["cls"], row["slot"])
         totals[row["cls"]] += row["executions"]
         records[row["cls"]] += row["records"]
         by_tool[(row["server"], row["tool"])][row["cls"]] += row["executions"]
@@ -186,21 +224,24 @@ def dashboard_data(filters: Filters, *, now: datetime | None = None) -> dict[str
         labels=GAP_CLASS_LABELS,
         unit="gaps",
     )
-    reported = {
+    reported: dict[tuple[str, str, str], ReportRef] = {
         (r["server"], r["tool"], r["slot"]): r
         for r in models.GapReport.objects.filter(status__in=("open", "sent"))
         .order_by("created_at")
         .values("id", "server", "tool", "slot", "status")
     }
-    table = []
-    for row in per_slot[:TABLE_ROWS]:
-        row["report"] = reported.get((row["server"], row["tool"], row["slot"]))
-        row["reportable"] = row["cls"] in REPORTABLE_CLASSES
-        row["report_query"] = urlencode(
-            {"cls": row["cls"], "server": row["server"], "tool": row["tool"], "slot": row["slot"]}
-        )
-        row["label"] = GAP_CLASS_LABELS[row["cls"]]
-        table.append(row)
+    table: list[TableRow] = [
+        {
+            **row,
+            "report": reported.get((row["server"], row["tool"], row["slot"])),
+            "reportable": row["cls"] in REPORTABLE_CLASSES,
+            "report_query": urlencode(
+                {"cls": row["cls"], "server": row["server"], "tool": row["tool"], "slot": row["slot"]}
+            ),
+            "label": GAP_CLASS_LABELS[row["cls"]],
+        }
+        for row in per_slot[:TABLE_ROWS]
+    ]
     return {
         "filters": filters,
         "days": days,
@@ -234,7 +275,7 @@ def _tool_choices() -> tuple[list[str], list[str]]:
 
 @require_GET
 @role_required("operator", "auditor")
-def index(request: HttpRequest) -> HttpResponse:
+def index(request: SignedInRequest) -> HttpResponse:
     filters, form = read_filters(request)
     context = dashboard_data(filters)
     servers, tools = _tool_choices()
@@ -253,6 +294,6 @@ def index(request: HttpRequest) -> HttpResponse:
         }
     )
     template = "console/dashboards/index.html"
-    if getattr(request, "htmx", False):
+    if request.htmx:
         template += "#panel"
     return render(request, template, context)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 
@@ -20,5 +20,7 @@ class CatalogFilter(forms.Form):
         # The catalog's names, not free text: a filter can only name something that exists.
         servers = models.Server.objects.order_by("name").values_list("name", flat=True)
         tools = models.ToolContract.objects.order_by("name").values_list("name", flat=True).distinct()
-        self.fields["server"].choices = [("", "any server"), *((s, s) for s in servers)]
-        self.fields["tool"].choices = [("", "any tool"), *((t, t) for t in tools)]
+        # The fields declared above: Form.fields is typed as holding any Field.
+        server, tool = cast(tuple[forms.ChoiceField, ...], (self.fields["server"], self.fields["tool"]))
+        server.choices = [("", "any server"), *((s, s) for s in servers)]
+        tool.choices = [("", "any tool"), *((t, t) for t in tools)]

@@ -14,7 +14,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.db.models import Count, Max, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -23,6 +23,7 @@ from console import models, notifications
 from console import operator_services as ops
 from console.errors import ServiceError
 from console.web.access import has_role, role_required
+from console.web.requests import SignedInRequest
 from preflight.canonical import digest
 
 operator_only = role_required("operator")
@@ -30,9 +31,9 @@ operator_or_auditor = role_required("operator", "auditor")
 
 
 def _render(
-    request: HttpRequest, template: str, context: dict[str, Any], *, partial: str = "", status: int = 200
+    request: SignedInRequest, template: str, context: dict[str, Any], *, partial: str = "", status: int = 200
 ) -> HttpResponse:
-    if partial and getattr(request, "htmx", False):
+    if partial and request.htmx:
         template = f"{template}#{partial}"
     return render(request, template, context, status=status)
 
@@ -62,7 +63,7 @@ class StatusForm(forms.Form):
 
 @require_http_methods(["GET", "POST"])
 @operator_only
-def gap_report_new(request: HttpRequest) -> HttpResponse:
+def gap_report_new(request: SignedInRequest) -> HttpResponse:
     source = request.POST if request.method == "POST" else request.GET
     key = {k: source.get(k, "") for k in ("cls", "server", "tool", "slot", "contract_digest")}
     if not all(key[k] for k in ("cls", "server", "tool", "slot")):
@@ -92,7 +93,7 @@ def gap_report_new(request: HttpRequest) -> HttpResponse:
         form = GapReportForm(request.POST)
         if form.is_valid():
             try:
-                report = ops.gap_report_create(**form.cleaned_data, user=request.user)  # type: ignore[arg-type]
+                report = ops.gap_report_create(**form.cleaned_data, user=request.user)
             except ServiceError as exc:
                 problem = exc.detail
             else:
@@ -121,7 +122,7 @@ def gap_report_new(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @operator_or_auditor
-def gap_reports(request: HttpRequest) -> HttpResponse:
+def gap_reports(request: SignedInRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     reports = models.GapReport.objects.order_by("-created_at")
     if status in models.GapReport.STATUSES:
@@ -144,7 +145,7 @@ def _report(pk: int) -> models.GapReport:
     return get_object_or_404(models.GapReport, pk=pk)
 
 
-def _report_context(request: HttpRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
+def _report_context(request: SignedInRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
     return {
         "report": report,
         "kind": ops.gap_kind(report.cls, report.slot),
@@ -158,14 +159,14 @@ def _report_context(request: HttpRequest, report: models.GapReport, problem: str
 
 @require_GET
 @operator_or_auditor
-def gap_report_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def gap_report_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     report = _report(pk)
     return render(request, "console/operator/gap_report.html", _report_context(request, report))
 
 
 @require_POST
 @operator_only
-def gap_report_status(request: HttpRequest, pk: int) -> HttpResponse:
+def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
     report = _report(pk)
     form = StatusForm(request.POST)
     problem = ""
@@ -175,14 +176,14 @@ def gap_report_status(request: HttpRequest, pk: int) -> HttpResponse:
                 report_id=report.pk,
                 status=form.cleaned_data["status"],
                 note=form.cleaned_data["note"],
-                user=request.user,  # type: ignore[arg-type]
+                user=request.user,
             )
         except ServiceError as exc:
             problem = exc.detail
     else:
-        problem = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        problem = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
     context = _report_context(request, report, problem)
-    if getattr(request, "htmx", False):
+    if request.htmx:
         return render(request, "console/operator/gap_report.html#status", context, status=200)
     if not problem:
         return redirect("operator:gap-report", report.pk)
@@ -191,7 +192,7 @@ def gap_report_status(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @operator_or_auditor
-def gap_report_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+def gap_report_export(request: SignedInRequest, pk: int, fmt: str) -> HttpResponse:
     report = _report(pk)
     name = f"gap-report-{report.pk}-{report.server}-{report.tool}"
     name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
@@ -252,7 +253,7 @@ class McpImportForm(forms.Form):
 
 @require_GET
 @operator_only
-def catalog(request: HttpRequest) -> HttpResponse:
+def catalog(request: SignedInRequest) -> HttpResponse:
     servers = models.Server.objects.order_by("name").annotate(
         tools=Count("contracts", filter=Q(contracts__current=True)),
         versions=Count("contracts"),
@@ -271,13 +272,13 @@ def catalog(request: HttpRequest) -> HttpResponse:
     return render(request, "console/operator/catalog.html", {"rows": rows})
 
 
-def _import_result(request: HttpRequest, result: Any) -> HttpResponse:
+def _import_result(request: SignedInRequest, result: Any) -> HttpResponse:
     return render(request, "console/operator/import_result.html", {"result": result}, status=201)
 
 
 @require_http_methods(["GET", "POST"])
 @operator_only
-def catalog_import(request: HttpRequest) -> HttpResponse:
+def catalog_import(request: SignedInRequest) -> HttpResponse:
     problem: ops.PastedCatalogError | None = None
     service_problem = ""
     if request.method == "POST":
@@ -289,7 +290,7 @@ def catalog_import(request: HttpRequest) -> HttpResponse:
                     text=form.cleaned_data["tools"],
                     # Unticked is "not asked", not "distrust": a re-import never drops trust silently.
                     annotations_trusted=form.cleaned_data["annotations_trusted"] or None,
-                    user=request.user,  # type: ignore[arg-type]
+                    user=request.user,
                 )
             except ops.PastedCatalogError as exc:
                 problem = exc
@@ -309,7 +310,7 @@ def catalog_import(request: HttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @operator_only
-def catalog_import_mcp(request: HttpRequest) -> HttpResponse:
+def catalog_import_mcp(request: SignedInRequest) -> HttpResponse:
     problem = ""
     if request.method == "POST":
         form = McpImportForm(request.POST)
@@ -322,7 +323,7 @@ def catalog_import_mcp(request: HttpRequest) -> HttpResponse:
                     connector=connector,
                     annotations_trusted=d["annotations_trusted"] or None,
                     timeout_s=d["timeout_s"],
-                    user=request.user,  # type: ignore[arg-type]
+                    user=request.user,
                 )
             except ServiceError as exc:
                 problem = exc.detail
@@ -340,7 +341,7 @@ def catalog_import_mcp(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @operator_only
-def server_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def server_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     return _render(
         request,
@@ -372,7 +373,7 @@ def _policies(server: models.Server, form: ReviewPolicyForm | None = None) -> di
 
 @require_POST
 @operator_only
-def server_review_policy(request: HttpRequest, pk: int) -> HttpResponse:
+def server_review_policy(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     form = ReviewPolicyForm(request.POST)
     if form.is_valid():
@@ -385,7 +386,7 @@ def server_review_policy(request: HttpRequest, pk: int) -> HttpResponse:
                 emails=data["emails"].replace(",", "\n").splitlines(),
                 webhook_url=data["webhook_url"],
                 deadline_s=None if minutes is None else minutes * 60,
-                user=request.user,  # type: ignore[arg-type]
+                user=request.user,
             )
         except ServiceError as exc:
             field = exc.detail.split(":", 1)[0] if ":" in exc.detail else None
@@ -413,34 +414,34 @@ def _server_tools(
 
 @require_POST
 @operator_only
-def server_trust(request: HttpRequest, pk: int) -> HttpResponse:
+def server_trust(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     trusted = request.POST.get("trusted") == "1"
     problem = ""
     try:
-        ops.server_set_trust(server_id=server.pk, trusted=trusted, user=request.user)  # type: ignore[arg-type]
+        ops.server_set_trust(server_id=server.pk, trusted=trusted, user=request.user)
     except ServiceError as exc:
         problem = exc.detail
     server.refresh_from_db()
-    if not problem and not getattr(request, "htmx", False):  # an htmx swap shows the new state itself
+    if not problem and not request.htmx:  # an htmx swap shows the new state itself
         state = "trusted" if trusted else "not trusted"
         messages.success(
             request, f"{server.name}: annotations are now {state}; current tools got new versions."
         )
-    if not getattr(request, "htmx", False) and not problem:
+    if not request.htmx and not problem:
         return redirect("operator:server", server.pk)
     return _render(
         request,
         "console/operator/server.html",
         {"server": server, "tools": _server_tools(server), "problem": problem},
         partial="tools",
-        status=409 if problem and not getattr(request, "htmx", False) else 200,
+        status=409 if problem and not request.htmx else 200,
     )
 
 
 @require_GET
 @operator_only
-def contract_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def contract_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     contract = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
     versions = list(
         models.ToolContract.objects.filter(server=contract.server, name=contract.name).order_by("-created_at")
@@ -468,7 +469,7 @@ def contract_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @operator_only
-def contract_diff(request: HttpRequest, pk: int, other: int) -> HttpResponse:
+def contract_diff(request: SignedInRequest, pk: int, other: int) -> HttpResponse:
     old = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
     new = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=other)
     if (old.server_id, old.name) != (new.server_id, new.name):
@@ -533,7 +534,7 @@ def _stamp(row: models.RuleSet) -> str:
 
 @require_GET
 @operator_only
-def rules(request: HttpRequest) -> HttpResponse:
+def rules(request: SignedInRequest) -> HttpResponse:
     sets = list(models.RuleSet.objects.order_by("name", "-created_at"))
     stamps = {r.pk: _stamp(r) for r in sets}
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -574,7 +575,7 @@ def _numbered(text: str, line: int | None, around: int = 3) -> list[tuple[int, s
 
 @require_http_methods(["GET", "POST"])
 @operator_only
-def rules_edit(request: HttpRequest, name: str = "") -> HttpResponse:
+def rules_edit(request: SignedInRequest, name: str = "") -> HttpResponse:
     current = models.RuleSet.objects.filter(name=name, active=True).first() if name else None
     if name and current is None:
         current = models.RuleSet.objects.filter(name=name).order_by("-created_at").first()
@@ -590,14 +591,14 @@ def rules_edit(request: HttpRequest, name: str = "") -> HttpResponse:
             check = ops.check_rules_text(text)
             if request.POST.get("action") == "save" and check.ok:
                 try:
-                    saved = ops.ruleset_save(text=text, user=request.user)  # type: ignore[arg-type]
+                    saved = ops.ruleset_save(text=text, user=request.user)
                 except ServiceError as exc:
                     problem = exc.detail
                 else:
                     messages.success(
                         request, f"Saved {saved.name}@{saved.version}; it applies from the next preflight on."
                     )
-                    if not getattr(request, "htmx", False):
+                    if not request.htmx:
                         return redirect(reverse("operator:rules"))
     else:
         if current is not None:
@@ -617,7 +618,7 @@ def rules_edit(request: HttpRequest, name: str = "") -> HttpResponse:
         "listing": _numbered(str(text_now), check.problem.line if check and check.problem else None),
     }
     invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
-    if getattr(request, "htmx", False):
+    if request.htmx:
         return render(request, "console/operator/rules_edit.html#result", context)
     return render(request, "console/operator/rules_edit.html", context, status=422 if invalid else 200)
 
@@ -676,7 +677,7 @@ def _sidecar_fields(form: SidecarForm, arguments: list[str], data: Any) -> dict[
 
 @require_http_methods(["GET", "POST"])
 @operator_only
-def contract_sidecar(request: HttpRequest, pk: int) -> HttpResponse:
+def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
     if not row.valid:
         raise Http404("an invalid definition has no contract to write a side-car for")
@@ -704,7 +705,7 @@ def contract_sidecar(request: HttpRequest, pk: int) -> HttpResponse:
                     contract_id=row.pk,
                     extension=extension,
                     why=form.cleaned_data.get("why", ""),
-                    user=request.user,  # type: ignore[arg-type]
+                    user=request.user,
                 )
             except ServiceError as exc:
                 problem = exc.detail
@@ -748,7 +749,7 @@ def contract_sidecar(request: HttpRequest, pk: int) -> HttpResponse:
             for name in arguments
         ],
     }
-    if getattr(request, "htmx", False):
+    if request.htmx:
         return render(request, "console/operator/sidecar.html#result", context)
     invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
     return render(request, "console/operator/sidecar.html", context, status=422 if invalid else 200)
@@ -756,7 +757,7 @@ def contract_sidecar(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @operator_only
-def server_sidecar_export(request: HttpRequest, pk: int) -> HttpResponse:
+def server_sidecar_export(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     body = json.dumps(ops.sidecar_export(server), indent=2, ensure_ascii=False) + "\n"
     response = HttpResponse(body, content_type="application/json")
@@ -766,14 +767,14 @@ def server_sidecar_export(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @operator_only
-def server_sidecar_import(request: HttpRequest, pk: int) -> HttpResponse:
+def server_sidecar_import(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     upload = request.FILES.get("file")
     problem = ""
     try:
         if upload is None:
             raise ServiceError("invalid", "choose a side-car file")
-        result = ops.sidecar_import(server=server, content=upload.read(), user=request.user)  # type: ignore[arg-type]
+        result = ops.sidecar_import(server=server, content=upload.read(), user=request.user)
     except ServiceError as exc:
         problem = exc.detail
     if problem:
@@ -789,7 +790,7 @@ def server_sidecar_import(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_GET
 @operator_only
-def tool_sidecar(request: HttpRequest) -> HttpResponse:
+def tool_sidecar(request: SignedInRequest) -> HttpResponse:
     """From a gap row or a gap report (which name a server and a tool): the current version's workbench."""
     row = (
         models.ToolContract.objects.filter(

@@ -102,7 +102,7 @@ def stacked_columns(
     scale = plot_h / axis_max
     for i, day in enumerate(days):
         x = left + i * slot_w + (slot_w - bar_w) / 2
-        y = top + plot_h
+        y: float = top + plot_h
         for c in order:
             v = series.get(c, [0] * len(days))[i]
             if not v:

@@ -12,7 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
@@ -21,6 +21,7 @@ from console import claim_services
 from console.errors import ServiceError
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, role_required
+from console.web.requests import SignedInRequest
 
 QUEUE = "console/review/queue.html"
 DECIDED = "console/review/decided.html"
@@ -32,17 +33,17 @@ class BackForm(forms.Form):
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def queue(request: HttpRequest) -> HttpResponse:
+def queue(request: SignedInRequest) -> HttpResponse:
     form = review_queue.QueueFilter(request.GET)
     if not form.is_valid():
         return _refused(request, QUEUE, form)
-    page = review_queue.held(form.cleaned_data, user=request.user)  # type: ignore[arg-type]
+    page = review_queue.held(form.cleaned_data, user=request.user)
     return render(request, _partial(request, QUEUE), {"form": form, "page": page})
 
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def decided(request: HttpRequest) -> HttpResponse:
+def decided(request: SignedInRequest) -> HttpResponse:
     form = review_queue.DecidedFilter(request.GET)
     if not form.is_valid():
         return _refused(request, DECIDED, form)
@@ -52,7 +53,7 @@ def decided(request: HttpRequest) -> HttpResponse:
 
 @role_required(APPROVER, what="Claiming an execution")
 @require_POST
-def claim(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def claim(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     return _claim_action(
         request, claim_services.claim_take, execution_id, "Claimed: the others see it is yours."
     )
@@ -60,11 +61,11 @@ def claim(request: HttpRequest, execution_id: Any) -> HttpResponse:
 
 @role_required(APPROVER, what="Releasing a claim")
 @require_POST
-def unclaim(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def unclaim(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     return _claim_action(request, claim_services.claim_release, execution_id, "Released.")
 
 
-def _claim_action(request: HttpRequest, service: Any, execution_id: Any, done: str) -> HttpResponse:
+def _claim_action(request: SignedInRequest, service: Any, execution_id: Any, done: str) -> HttpResponse:
     try:
         service(execution_id=execution_id, approver=request.user)
     except ServiceError as exc:
@@ -74,7 +75,7 @@ def _claim_action(request: HttpRequest, service: Any, execution_id: Any, done: s
     return redirect(_back(request))
 
 
-def _back(request: HttpRequest) -> str:
+def _back(request: SignedInRequest) -> str:
     """Back to the queue as the approver was looking at it (only a path on this site)."""
     form = BackForm(request.POST)
     target = form.cleaned_data["next"] if form.is_valid() else ""
@@ -82,13 +83,13 @@ def _back(request: HttpRequest) -> str:
     return target if target.startswith("/") and safe else "/executions/"
 
 
-def _partial(request: HttpRequest, template: str) -> str:
+def _partial(request: SignedInRequest, template: str) -> str:
     # The filter form and the 5 s refresh swap only the list.
-    return template + "#queue" if request.htmx else template  # type: ignore[attr-defined]
+    return template + "#queue" if request.htmx else template
 
 
 def _refused(
-    request: HttpRequest, template: str, form: review_queue.QueueFilter | review_queue.DecidedFilter
+    request: SignedInRequest, template: str, form: review_queue.QueueFilter | review_queue.DecidedFilter
 ) -> HttpResponse:
     page = review_queue.QueuePage([], {}, 0, 1, 1)
     context = {"form": form, "page": page, "problems": form.problems()}

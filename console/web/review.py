@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -26,6 +27,7 @@ from console import models, review_services, services
 from console.errors import InvalidAnswer, ServiceError
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
+from console.web.requests import SignedInRequest
 from console.web.review_rows import (
     Context,
     approved_values,
@@ -77,11 +79,11 @@ def _rejection(execution: models.Execution) -> models.Rejection | None:
         return None
 
 
-def _review_context(request: HttpRequest, execution: models.Execution) -> dict[str, Any]:
+def _review_context(request: SignedInRequest, execution: models.Execution) -> dict[str, Any]:
     latest = models.PreflightRecord.objects.get(execution=execution, seq=execution.records)
     record = latest.record
     approver = has_role(request.user, APPROVER)
-    own = execution.principal == review_services.identity(request.user)  # type: ignore[arg-type]
+    own = execution.principal == review_services.identity(request.user)
     rejection = _rejection(execution)
     outcome = (
         models.Outcome.objects.filter(
@@ -163,7 +165,7 @@ def _by_reviewer(s: Mapping[str, Any], answers: Mapping[str, tuple[str, str]]) -
     )
 
 
-def _provider_gaps(request: HttpRequest, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _provider_gaps(request: SignedInRequest, record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The provider gaps a hold rests on, each with its report when one was filed, else where an operator
     files one: what can be done about a hold no answer or approval settles."""
     gaps = [g for g in record.get("gaps") or [] if g.get("class") == "provider_gap"]
@@ -225,70 +227,86 @@ def _older_records(execution: models.Execution, seq: int, chunk: int = 10) -> It
         seq -= chunk
 
 
-def _observations(execution: models.Execution) -> list[dict[str, Any]]:
+class ObservationRow(TypedDict):
+    """A lookup of the execution as the progress list shows it: running for `running_s`, or its answer."""
+
+    measure: str
+    lookup: str
+    args: Mapping[str, object]  # JSON
+    value: object  # JSON; None until it returns
+    error: str | None
+    observed_at: datetime | None
+    dispatched_at: datetime
+    running_s: float | None
+    value_text: str
+
+
+def _observations(execution: models.Execution) -> list[ObservationRow]:
     now = timezone.now()
-    rows = list(
+    rows = (
         models.Observation.objects.filter(execution=execution)
         .order_by("-pk")
         .values("measure", "lookup", "args", "value", "error", "observed_at", "dispatched_at")[:20]
     )
-    for row in rows:
-        row["running_s"] = (
-            (now - row["dispatched_at"]).total_seconds() if row["observed_at"] is None else None
-        )
-        row["value_text"] = json.dumps(row["value"], ensure_ascii=False)
-    return rows
+    return [
+        {
+            **row,
+            "running_s": (now - row["dispatched_at"]).total_seconds() if row["observed_at"] is None else None,
+            "value_text": json.dumps(row["value"], ensure_ascii=False),
+        }
+        for row in rows
+    ]
 
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def review(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def review(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     execution = _execution(execution_id)
     if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
         execution = _execution(execution_id)
-    template = REVIEW + "#review" if request.htmx else REVIEW  # type: ignore[attr-defined]
+    template = REVIEW + "#review" if request.htmx else REVIEW
     return render(request, template, _review_context(request, execution))
 
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def progress(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def progress(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     """Polled every 2 s while lookups run. Once the execution has a newer record, answers with the whole
     review region instead; its fresh #progress polls again only if the new verdict is still `measure`."""
     execution = _execution(execution_id)
-    if not request.htmx:  # type: ignore[attr-defined]
+    if not request.htmx:
         return redirect("review-execution", execution.pk)
     if request.GET.get("seq") != str(execution.records):
         response = render(request, REVIEW + "#review", _review_context(request, execution))
-        return retarget(reswap(response, "outerHTML"), "#review")  # type: ignore[arg-type]
+        return retarget(reswap(response, "outerHTML"), "#review")
     context = {"execution": execution, "observations": _observations(execution)}
     return render(request, REVIEW + "#progress", context)
 
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def live(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def live(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     """Polled every 5 s by the open page: 204 (nothing to swap) while the version it shows is current, the
     whole review region once another approver acted, a lookup returned or the verdict moved."""
     execution = _execution(execution_id)
-    if not request.htmx:  # type: ignore[attr-defined]
+    if not request.htmx:
         return redirect("review-execution", execution.pk)
     if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
         execution = _execution(execution_id)
     if request.GET.get("v") == _version(execution):
         return HttpResponse(status=204)
     response = render(request, REVIEW + "#review", _review_context(request, execution))
-    return retarget(reswap(response, "outerHTML"), "#review")  # type: ignore[arg-type]
+    return retarget(reswap(response, "outerHTML"), "#review")
 
 
-def _done(request: HttpRequest, execution: models.Execution) -> HttpResponse:
+def _done(request: SignedInRequest, execution: models.Execution) -> HttpResponse:
     """After an action: the swapped partial for htmx, a redirect back to the page otherwise."""
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return render(request, REVIEW + "#review", _review_context(request, _execution(execution.pk)))
     return redirect(reverse("review-execution", args=[execution.pk]) + "#review")
 
 
-def _refused(request: HttpRequest, exc: ServiceError) -> None:
+def _refused(request: SignedInRequest, exc: ServiceError) -> None:
     if exc.code == "own_request":
         # Not a matter of a stale page: this person may never approve this execution.
         raise PermissionDenied(
@@ -305,14 +323,14 @@ def _label(execution: models.Execution, slot_key: str) -> str:
     )
 
 
-def _form_errors(request: HttpRequest, form: forms.Form) -> None:
+def _form_errors(request: SignedInRequest, form: forms.Form) -> None:
     for field, errors in form.errors.items():
-        messages.error(request, f"{field}: {' '.join(errors)}")
+        messages.error(request, f"{field}: {' '.join(map(str, errors))}")
 
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def approve_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def approve_slot(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveSlotForm(request.POST)
     if not form.is_valid():
@@ -324,7 +342,7 @@ def approve_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
             execution_id=execution.pk,
             slot_key=slot,
             value_digest_seen=form.cleaned_data["value_digest"],
-            approver=request.user,  # type: ignore[arg-type]
+            approver=request.user,
         )
     except ServiceError as exc:
         _refused(request, exc)
@@ -335,7 +353,7 @@ def approve_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def answer_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def answer_slot(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     execution = _execution(execution_id)
     form = AnswerForm(request.POST)
     if not form.is_valid():
@@ -350,7 +368,7 @@ def answer_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
             execution_id=execution.pk,
             slot_key=slot,
             value=parse_edit(text, schema),
-            reviewer=request.user,  # type: ignore[arg-type]
+            reviewer=request.user,
         )
     except InvalidAnswer as exc:
         return _edit_refused(request, execution, exc, text)
@@ -363,19 +381,19 @@ def answer_slot(request: HttpRequest, execution_id: Any) -> HttpResponse:
 
 
 def _edit_refused(
-    request: HttpRequest, execution: models.Execution, exc: InvalidAnswer, text: str
+    request: SignedInRequest, execution: models.Execution, exc: InvalidAnswer, text: str
 ) -> HttpResponse:
     """A value the engine's answer check refuses settles nothing: the page again (422, the partial for htmx),
     the field keeping what was typed, the reason and the accepted form on it."""
     context = _review_context(request, execution)
     context["edit_error"] = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
-    template = REVIEW + "#review" if request.htmx else REVIEW  # type: ignore[attr-defined]
+    template = REVIEW + "#review" if request.htmx else REVIEW
     return render(request, template, context, status=422)
 
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def approve_execution(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def approve_execution(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveExecutionForm(request.POST)
     if not form.is_valid():
@@ -385,7 +403,7 @@ def approve_execution(request: HttpRequest, execution_id: Any) -> HttpResponse:
         stored = review_services.execution_approve(
             execution_id=execution.pk,
             payload_digest_seen=form.cleaned_data["payload_digest"],
-            approver=request.user,  # type: ignore[arg-type]
+            approver=request.user,
         )
     except ServiceError as exc:
         _refused(request, exc)
@@ -396,7 +414,7 @@ def approve_execution(request: HttpRequest, execution_id: Any) -> HttpResponse:
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def reject(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def reject(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     execution = _execution(execution_id)
     form = RejectForm(request.POST)
     if not form.is_valid():
@@ -411,7 +429,7 @@ def reject(request: HttpRequest, execution_id: Any) -> HttpResponse:
         review_services.execution_reject(
             execution_id=execution.pk,
             reason=form.cleaned_data["reason"],
-            reviewer=request.user,  # type: ignore[arg-type]
+            reviewer=request.user,
         )
     except ServiceError as exc:
         _refused(request, exc)

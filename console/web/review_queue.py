@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from django import forms
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -60,7 +60,7 @@ class _Choices(CatalogFilter):
 
     def problems(self) -> list[str]:
         """Each invalid filter and why, for the page to say instead of listing everything."""
-        return [f"{name}: {' '.join(errors)}" for name, errors in self.errors.items()]
+        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]
 
 
 class QueueFilter(_Choices):
@@ -147,7 +147,7 @@ _ROW_FIELDS = (
 )
 
 
-def held(filters: dict[str, Any], *, user: AbstractBaseUser | None = None) -> QueuePage:
+def held(filters: dict[str, Any], *, user: User | None = None) -> QueuePage:
     """The page of held executions `filters` (QueueFilter's cleaned data) asks for; `mine` needs `user`."""
     base: QuerySet[models.Execution] = _catalog(models.Execution.objects.filter(verdict__in=HELD), filters)
     if filters.get("gap"):
@@ -162,7 +162,7 @@ def held(filters: dict[str, Any], *, user: AbstractBaseUser | None = None) -> Qu
     # Every count from one pass over the partial index: executions per combination of routes (a handful of
     # distinct values), summed per route here. The route counts ignore the route filter, so each one says
     # what picking it would give.
-    counts = dict.fromkeys(ROUTES, 0)
+    counts: dict[str, int] = dict.fromkeys(ROUTES, 0)
     everything = 0
     for routes, n in base.values_list("routes").annotate(n=Count("*")).order_by():
         everything += n

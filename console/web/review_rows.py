@@ -102,7 +102,7 @@ class SlotRow:
     def as_dict(self) -> dict[str, Any]:
         """For the template: a dict resolves each `row.x` on the first try, where an object costs Django's
         template engine a failed `row["x"]` first (60 rows, ~30 lookups each, on every refresh)."""
-        out = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        out = {name: getattr(self, name) for name in self.__slots__}
         out["row_class"] = " ".join(self.css)
         out["flags"] = [(f.css, f.text) for f in self.flags]
         turn, start, end = self.first_span or ("", "", "")
@@ -147,10 +147,11 @@ def when_text(value: datetime | str | None, zone: tzinfo = UTC) -> str:
     if value is None or value == "":
         return "—"
     if isinstance(value, str):
+        text = value
         try:
-            value = datetime.fromisoformat(value)
+            value = datetime.fromisoformat(text)
         except ValueError:
-            return value
+            return text
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
