@@ -12,11 +12,11 @@ from rest_framework.views import APIView
 
 from console import services
 from console.api.common import actor, errors
-from console.api.fields import AnyJSON, Array, Flag, Object, Text
+from console.api.fields import AnyJSON, Array, Flag, JSONObject, Object, Text
 from console.models import Server
 
 
-class ConnectorIn(serializers.Serializer):
+class ConnectorIn(serializers.Serializer[JSONObject]):
     """The one connector shape (`connectors.checked_connector`), as the schema documents it."""
 
     kind = serializers.ChoiceField(choices=list(Server.CONNECTOR_KINDS))
@@ -40,7 +40,7 @@ class ConnectorField(AnyJSON):
     than dropping it: a serializer would silently drop `env`, `cwd`, `args`."""
 
 
-class CatalogImportIn(serializers.Serializer):
+class CatalogImportIn(serializers.Serializer[JSONObject]):
     server = Text(max_length=200)
     tools = Array(
         child=AnyJSON(), help_text="MCP Tool objects, as `tools/list` returns them", max_length=2000
@@ -63,7 +63,7 @@ class CatalogImportIn(serializers.Serializer):
     )
 
 
-class ImportedToolOut(serializers.Serializer):
+class ImportedToolOut(serializers.Serializer[JSONObject]):
     name = serializers.CharField()
     contract_digest = serializers.CharField(allow_null=True)
     obligations = serializers.ListField(child=serializers.DictField())
@@ -71,7 +71,7 @@ class ImportedToolOut(serializers.Serializer):
     version = serializers.ChoiceField(choices=["new", "unchanged", "invalid"])
 
 
-class CatalogImportOut(serializers.Serializer):
+class CatalogImportOut(serializers.Serializer[JSONObject]):
     server = serializers.CharField()
     tools = ImportedToolOut(many=True)
     retired = serializers.ListField(child=serializers.CharField(), help_text="tools no longer in the list")

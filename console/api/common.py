@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
 from console.api.permissions import IsAgent
 from console.api.records import ErrorOut
+from console.models import AgentToken
 
 # What an agent's views declare; every other API view is an operator action (the settings' default).
 AGENT_PERMISSIONS = [IsAuthenticated, IsAgent]
@@ -21,6 +24,12 @@ ERRORS = {
 
 def actor(request: Request) -> str:
     return str(request.user)
+
+
+def agent_token(request: Request) -> AgentToken | None:
+    """The token the caller authenticated with: BearerTokenAuthentication, the only authenticator, sets it
+    (the stubs type request.auth as DRF's authtoken Token)."""
+    return cast(AgentToken | None, request.auth)
 
 
 def errors(*statuses: int) -> dict[int, type[ErrorOut]]:

@@ -88,11 +88,14 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         code = getattr(exc, "error_code", None) or next(
             (c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error"
         )
-        headers = {}
-        if getattr(exc, "auth_header", None):
-            headers["WWW-Authenticate"] = exc.auth_header
-        if getattr(exc, "wait", None):
-            headers["Retry-After"] = f"{int(exc.wait)}"
+        headers: dict[str, str] = {}
+        # Set by DRF on the exceptions that carry them (APIView sets auth_header, Throttled has wait).
+        auth_header = getattr(exc, "auth_header", None)
+        if auth_header:
+            headers["WWW-Authenticate"] = auth_header
+        wait = getattr(exc, "wait", None)
+        if wait:
+            headers["Retry-After"] = f"{int(wait)}"
         detail = (
             "; ".join(flatten(exc.detail)) if isinstance(exc, exceptions.ValidationError) else str(exc.detail)
         )

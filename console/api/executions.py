@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 
 from console import review_services, services
 from console.api.access import execution_or_404
-from console.api.common import AGENT_PERMISSIONS, actor, errors
-from console.api.fields import AnyJSON, Array, Flag, Integer, Object, Text
+from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors
+from console.api.fields import AnyJSON, Array, Flag, Integer, JSONObject, Object, Text
 from console.api.records import ErrorOut, InvalidAnswerOut, RecordOut
 from console.errors import BadInput
 from console.records import has_answer_rows, record_answer
@@ -38,7 +38,7 @@ REQUEST_FIELDS = (
 )
 
 
-class SpanIn(serializers.Serializer):
+class SpanIn(serializers.Serializer[JSONObject]):
     turn = Integer(help_text="index into conversation")
     start = Integer(help_text="code point offset into the turn's content")
     end = Integer(help_text="exclusive end offset")
@@ -52,7 +52,7 @@ class SpanIn(serializers.Serializer):
         ]
     }
 )
-class PointerField(serializers.Field):
+class PointerField(serializers.Field[object, object, object, JSONObject]):
     """One span, or one span per element of an array value."""
 
     def to_internal_value(self, data: Any) -> Any:
@@ -65,7 +65,8 @@ class PointerField(serializers.Field):
                 if not span.is_valid():
                     problems[i] = span.errors
             if problems:
-                raise serializers.ValidationError(problems)
+                # Keyed by index, as DRF's own list fields key their errors; the stubs allow only str keys.
+                raise serializers.ValidationError(problems)  # type: ignore[arg-type]
             return data
         span = SpanIn(data=data)
         if not span.is_valid():
@@ -76,29 +77,29 @@ class PointerField(serializers.Field):
         return value
 
 
-class TurnIn(serializers.Serializer):
+class TurnIn(serializers.Serializer[JSONObject]):
     role = Text(help_text="user, system, developer, assistant or tool")
     content = Text(allow_blank=True)
     trusted = Flag(required=False, help_text="only trusted user/system/developer turns can settle a slot")
 
 
-class CandidateIn(serializers.Serializer):
+class CandidateIn(serializers.Serializer[JSONObject]):
     value = AnyJSON()
     pointer = PointerField(required=False, allow_null=True)
 
 
-class TimingIn(serializers.Serializer):
+class TimingIn(serializers.Serializer[JSONObject]):
     mode = serializers.ChoiceField(choices=["immediate", "at"])
     at = Text(required=False, help_text="ISO 8601 with a UTC offset, for mode 'at'")
     pointer = SpanIn(required=False, allow_null=True)
 
 
-class ToolRefIn(serializers.Serializer):
+class ToolRefIn(serializers.Serializer[JSONObject]):
     server = Text()
     tool = Text()
 
 
-class ExecutionIn(serializers.Serializer):
+class ExecutionIn(serializers.Serializer[JSONObject]):
     server = Text(required=False)
     tool = Text(required=False)
     tool_candidates = Array(child=ToolRefIn(), required=False, min_length=1, max_length=50)
@@ -133,18 +134,18 @@ class ExecutionIn(serializers.Serializer):
         return attrs
 
 
-class AnswersIn(serializers.Serializer):
+class AnswersIn(serializers.Serializer[JSONObject]):
     answers = Object(child=AnyJSON(), help_text="slot key -> the user's own words, from a trusted channel")
     remember = Array(
         child=Text(), required=False, help_text="slot keys the user consented to have remembered (presets)"
     )
 
 
-class RunIn(serializers.Serializer):
+class RunIn(serializers.Serializer[JSONObject]):
     grant = Text(help_text="the grant token from the record")
 
 
-class RunOut(serializers.Serializer):
+class RunOut(serializers.Serializer[JSONObject]):
     outcome = serializers.ChoiceField(choices=["executed", "failed", "outcome_unknown"])
     result = AnyJSON()
     detail = serializers.CharField(required=False)
@@ -161,10 +162,12 @@ class ExecutionCreateView(APIView):
     )
     def post(self, request: Request) -> Response:
         ExecutionIn(data=request.data).is_valid(raise_exception=True)
-        body = {k: request.data[k] for k in REQUEST_FIELDS if k in request.data}
-        execution = services.execution_create(body=body, token=request.auth, actor=actor(request))
+        data = request.data
+        assert isinstance(data, dict)  # ExecutionIn has just refused anything but an object
+        body = {k: data[k] for k in REQUEST_FIELDS if k in data}
+        execution = services.execution_create(body=body, token=agent_token(request), actor=actor(request))
         if not has_answer_rows(execution):  # work after commit may have preflighted it again: read it back
-            execution = execution_or_404(execution.pk, request.auth)
+            execution = execution_or_404(execution.pk, agent_token(request))
         return Response(record_answer(execution), status=201)
 
 
@@ -185,13 +188,13 @@ class ExecutionDetailView(APIView):
     )
     def get(self, request: Request, execution_id: str) -> Response:
         wait = _wait_seconds(request.query_params.get("wait"))
-        execution = execution_or_404(execution_id, request.auth)
+        execution = execution_or_404(execution_id, agent_token(request))
         if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
-            execution = execution_or_404(execution.pk, request.auth)
+            execution = execution_or_404(execution.pk, agent_token(request))
         if execution.verdict == "hold" and services.infra_retry_due(execution_id=execution.pk):
             # A hold from a lookup our infrastructure lost, whose backoff has passed: looked up again now.
             services.execution_repreflight(execution_id=execution.pk, trigger="retry")
-            execution = execution_or_404(execution.pk, request.auth)
+            execution = execution_or_404(execution.pk, agent_token(request))
         deadline = time.monotonic() + wait
         while execution.verdict == "measure" and time.monotonic() < deadline:
             time.sleep(_POLL_S)
@@ -253,7 +256,7 @@ class ExecutionAnswerView(APIView):
     def post(self, request: Request, execution_id: str) -> Response:
         data = AnswersIn(data=request.data)
         data.is_valid(raise_exception=True)
-        execution = execution_or_404(execution_id, request.auth)
+        execution = execution_or_404(execution_id, agent_token(request))
         services.execution_answer(
             execution_id=execution.pk,
             answers=data.validated_data["answers"],
@@ -263,7 +266,7 @@ class ExecutionAnswerView(APIView):
             channel="agent",
             actor=actor(request),
         )
-        return Response(record_answer(execution_or_404(execution.pk, request.auth)))
+        return Response(record_answer(execution_or_404(execution.pk, agent_token(request))))
 
 
 class ExecutionRunView(APIView):
@@ -299,7 +302,7 @@ class ExecutionRunView(APIView):
     def post(self, request: Request, execution_id: str) -> Response:
         data = RunIn(data=request.data)
         data.is_valid(raise_exception=True)
-        execution = execution_or_404(execution_id, request.auth)
+        execution = execution_or_404(execution_id, agent_token(request))
         outcome = services.execution_run(
             execution_id=execution.pk, token=data.validated_data["grant"], actor=actor(request)
         )

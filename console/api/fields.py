@@ -7,11 +7,16 @@ every value came from, a silently converted value is a value nobody sent.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+# The instance type of the API's serializers (Serializer's type argument): each one reads or describes a JSON
+# object; the input ones are only ever given data.
+type JSONObject = Mapping[str, object]
 
 
 class Text(serializers.CharField):

@@ -13,11 +13,11 @@ from rest_framework.views import APIView
 
 from console import services
 from console.api.common import actor, errors
-from console.api.fields import AnyJSON, Number, Object, Text
+from console.api.fields import AnyJSON, JSONObject, Number, Object, Text
 from console.models import Measure
 
 
-class MeasureIn(serializers.Serializer):
+class MeasureIn(serializers.Serializer[JSONObject]):
     name = Text(max_length=200, help_text="the `lookup` a contract's measure names, e.g. bank.balance")
     kind = serializers.ChoiceField(choices=list(Measure.KINDS))
     url = Text(required=False, allow_blank=True, max_length=2000)
@@ -27,7 +27,7 @@ class MeasureIn(serializers.Serializer):
     config = Object(child=AnyJSON(), required=False)
 
 
-class MeasureOut(serializers.Serializer):
+class MeasureOut(serializers.Serializer[JSONObject]):
     name = serializers.CharField()
     kind = serializers.CharField()
     url = serializers.CharField()

@@ -9,12 +9,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console import services
-from console.api.common import AGENT_PERMISSIONS, actor, errors
-from console.api.fields import AnyJSON
+from console import models, services
+from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors
+from console.api.fields import AnyJSON, JSONObject
 
 
-class PresetOut(serializers.Serializer):
+class PresetOut(serializers.Serializer[models.Preset]):
     id = serializers.IntegerField()
     principal = serializers.CharField()
     tool = serializers.CharField(help_text="server/tool the value was given for")
@@ -25,7 +25,7 @@ class PresetOut(serializers.Serializer):
     revoked_at = serializers.DateTimeField(allow_null=True)
 
 
-class PresetQuery(serializers.Serializer):
+class PresetQuery(serializers.Serializer[JSONObject]):
     # A CharField refuses NUL (which PostgreSQL cannot compare against) and blank values alike.
     principal = serializers.CharField()
 
@@ -43,8 +43,9 @@ class PresetListView(APIView):
         query = PresetQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         principal = query.validated_data["principal"]
-        presets = services.preset_list(principal=principal, token=request.auth)
-        return Response(PresetOut(presets, many=True).data)
+        presets = services.preset_list(principal=principal, token=agent_token(request))
+        # many=True makes a list serializer of instances, which the stubs do not model.
+        return Response(PresetOut(presets, many=True).data)  # type: ignore[arg-type]
 
 
 class PresetRevokeView(APIView):
@@ -56,5 +57,5 @@ class PresetRevokeView(APIView):
         responses={200: PresetOut, **errors(404)},
     )
     def delete(self, request: Request, preset_id: int) -> Response:
-        preset = services.preset_revoke(preset_id=preset_id, actor=actor(request), token=request.auth)
+        preset = services.preset_revoke(preset_id=preset_id, actor=actor(request), token=agent_token(request))
         return Response(PresetOut(preset).data)

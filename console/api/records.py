@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.api.fields import AnyJSON
+from console.api.fields import AnyJSON, JSONObject
 from preflight.record import ROUTES, SLOT_APPROVALS
 
 
-class FindingOut(serializers.Serializer):
-    source = serializers.CharField()
+class FindingOut(serializers.Serializer[JSONObject]):
+    source = serializers.CharField()  # type: ignore[assignment]  # a declared field; stubs see Field.source
     outcome = serializers.ChoiceField(choices=["found", "no_result", "error"])
     pointer = serializers.DictField(required=False)
     detail = serializers.CharField(required=False)
 
 
-class SlotOut(serializers.Serializer):
+class SlotOut(serializers.Serializer[JSONObject]):
     key = serializers.CharField(
         help_text=(
             "arg:<name>, cond:<id>, fixed:..., user:<rule>, approval:<id>, branch:..., confirm:<slot key>"
@@ -26,10 +26,10 @@ class SlotOut(serializers.Serializer):
     )
     kind = serializers.ChoiceField(choices=["value", "condition", "intent"])
     defined_by = serializers.ChoiceField(choices=["fixed", "provider", "policy", "user"])
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a declared field; stubs see Field.label
     status = serializers.ChoiceField(choices=["known", "null", "unknown"])
     value = AnyJSON()
-    source = serializers.CharField(allow_null=True)
+    source = serializers.CharField(allow_null=True)  # type: ignore[assignment]  # a declared field; stubs see Field.source
     pointer = serializers.DictField(allow_null=True)
     route = serializers.ChoiceField(choices=list(ROUTES), allow_null=True)
     labels = serializers.ListField(child=serializers.CharField())
@@ -52,12 +52,12 @@ class SlotOut(serializers.Serializer):
     waits_for = serializers.ListField(child=serializers.CharField(), required=False)
 
 
-class ProposedOut(serializers.Serializer):
+class ProposedOut(serializers.Serializer[JSONObject]):
     value = AnyJSON()
     verified = serializers.BooleanField()
 
 
-class QuestionOut(serializers.Serializer):
+class QuestionOut(serializers.Serializer[JSONObject]):
     slot = serializers.CharField(help_text="the slot key to answer under in POST .../answers (`answers`)")
     kind = serializers.ChoiceField(
         choices=["value", "choice", "without", "confirmation", "consent"],
@@ -94,32 +94,32 @@ class QuestionOut(serializers.Serializer):
     )
 
 
-class UnmetOut(serializers.Serializer):
+class UnmetOut(serializers.Serializer[JSONObject]):
     id = serializers.CharField()
     on_false = serializers.ChoiceField(choices=["hold", "block"])
     text = serializers.CharField()
 
 
-class GapOut(serializers.Serializer):
+class GapOut(serializers.Serializer[JSONObject]):
     # "class" is a Python keyword; the field is renamed on the wire.
     class_ = serializers.ChoiceField(choices=["user_gap", "provider_gap", "source_gap", "implementation_gap"])
     slot = serializers.CharField()
     detail = serializers.CharField()
 
-    def get_fields(self) -> dict[str, serializers.Field]:
+    def get_fields(self) -> dict[str, serializers.Field[object, object, object, object]]:
         fields = super().get_fields()
         fields["class"] = fields.pop("class_")
         return fields
 
 
-class MeasureRequestOut(serializers.Serializer):
+class MeasureRequestOut(serializers.Serializer[JSONObject]):
     measure = serializers.CharField()
     lookup = serializers.CharField()
     args = serializers.DictField()
     key = serializers.CharField()
 
 
-class RecordOut(serializers.Serializer):
+class RecordOut(serializers.Serializer[JSONObject]):
     id = serializers.UUIDField()
     seq = serializers.IntegerField(help_text="which preflight of this execution this is (1, 2, ...)")
     verdict = serializers.ChoiceField(choices=["execute", "ask", "measure", "hold", "block", "deferred"])
@@ -158,12 +158,12 @@ class RecordOut(serializers.Serializer):
     console_url = serializers.CharField()
 
 
-class ErrorOut(serializers.Serializer):
+class ErrorOut(serializers.Serializer[JSONObject]):
     error = serializers.CharField()
     detail = serializers.CharField()
 
 
-class InvalidAnswerOut(serializers.Serializer):
+class InvalidAnswerOut(serializers.Serializer[JSONObject]):
     error = serializers.ChoiceField(
         choices=["invalid_answer", "not_rememberable", "unknown_slot", "not_answerable"],
         help_text="invalid_answer: the question's schema refuses the answer; not_rememberable: `remember` "
