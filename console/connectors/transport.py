@@ -17,10 +17,10 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -56,6 +56,7 @@ class _AllowListedBackend:
         name = egress._normal_host(host.strip("[]")) or host
         if not any(e.host == name and e.port in (None, port) for e in egress.allowed_hosts()):
             raise egress.EgressRefused("host_not_allowed", f"{host}:{port} is not in PREFLIGHT_HTTP_ALLOW")
+        infos: Sequence[tuple[object, ...]]  # socket's and anyio's answers: the same shape, typed apart
         if egress._ip(name) is not None:  # taken as it is: no wait on DNS, no hop to a resolver thread
             infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
         else:
@@ -95,8 +96,10 @@ def checked_transport(
     # httpx builds its pool without a way to pass a network backend; this pool is the one it would build,
     # with ours. tests/console/test_egress.py proves a rebinding name reaches nothing through it.
     pool_limits = {} if limits is None else dataclasses.asdict(limits)
+    # Duck-typed, as a subclass of httpcore's backend would import httpcore with this module.
+    backend = cast("httpcore2.AsyncNetworkBackend", _AllowListedBackend())
     transport._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=ssl_context, network_backend=_AllowListedBackend(), **pool_limits
+        ssl_context=ssl_context, network_backend=backend, **pool_limits
     )
     return transport
 
