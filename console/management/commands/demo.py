@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,7 @@ class Command(BaseCommand):
             while not stop.is_set():
                 for child in children:
                     if child.poll() is not None:
-                        raise CommandError(
-                            f"demo: {shlex.join(map(str, child.args))} exited ({child.returncode})"
-                        )
+                        raise CommandError(f"demo: {_command(child)} exited ({child.returncode})")
                 stop.wait(0.5)
             self.stdout.write("demo: stopping")
         finally:
@@ -175,7 +174,7 @@ class Command(BaseCommand):
         """What an operator does once: list each demo server and import it (with its connector), and register
         the balance lookup as a read-only MCP tool of the bank."""
         bank = {"kind": "mcp_http", "url": bank_url}
-        imports = [("bank", bank, True)]
+        imports: list[tuple[str, Mapping[str, object], bool]] = [("bank", bank, True)]
         imports += [
             (name, {"kind": "mcp_stdio", "command": [sys.executable, *argv]}, trusted)
             for name, (argv, trusted) in STDIO_SERVERS.items()
@@ -258,11 +257,16 @@ def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
     return subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL)
 
 
+def _command(child: subprocess.Popen[bytes]) -> str:
+    """The command line a child was started with (always an argv list, see _start)."""
+    return shlex.join(map(str, child.args)) if isinstance(child.args, list) else str(child.args)
+
+
 def _wait_for_port(port: int, child: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            raise CommandError(f"demo: {shlex.join(map(str, child.args))} exited ({child.returncode})")
+            raise CommandError(f"demo: {_command(child)} exited ({child.returncode})")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
