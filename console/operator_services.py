@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
 from django.db.models import Count, Max, Min
 from django.utils import timezone
@@ -217,7 +217,7 @@ def gap_report_create(
     detail: str,
     title: str,
     notes: str,
-    user: AbstractBaseUser,
+    user: User,
 ) -> models.GapReport:
     """File a report from a recorded gap. The evidence (counts, ids) is recomputed here from the gap rows,
     never taken from the form: the report says what the record says."""
