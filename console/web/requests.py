@@ -15,6 +15,6 @@ class HtmxHttpRequest(HttpRequest):
 
 
 class SignedInRequest(HtmxHttpRequest):
-    """What a view behind console.web.access.role_required gets: it let through only a signed-in user."""
+    """What a view behind console.web.access.role_required (or login_required) gets: a signed-in user."""
 
     user: User

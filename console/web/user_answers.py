@@ -11,12 +11,13 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from console import models, records, services
 from console.errors import ServiceError
 from console.review_services import identity
+from console.web.requests import SignedInRequest
 from console.web.review_rows import arg_schema, parse_edit
 
 
@@ -25,15 +26,15 @@ class UserAnswerForm(forms.Form):
     value = forms.CharField(widget=forms.Textarea, required=False, strip=False)
 
 
-def _own_execution(request: HttpRequest, execution_id: Any) -> models.Execution:
+def _own_execution(request: SignedInRequest, execution_id: Any) -> models.Execution:
     execution = get_object_or_404(models.Execution.objects.select_related("contract"), pk=execution_id)
-    if execution.principal != identity(request.user):  # type: ignore[arg-type]
+    if execution.principal != identity(request.user):
         raise PermissionDenied(f"Only {execution.principal} answers the questions of this execution.")
     return execution
 
 
 @login_required
-def user_answers(request: HttpRequest, execution_id: Any) -> HttpResponse:
+def user_answers(request: SignedInRequest, execution_id: Any) -> HttpResponse:
     execution = _own_execution(request, execution_id)
     if request.method == "POST":
         form = UserAnswerForm(request.POST)
@@ -44,7 +45,7 @@ def user_answers(request: HttpRequest, execution_id: Any) -> HttpResponse:
                 schema = arg_schema(execution.contract.definition, slot[4:])
             try:
                 value = parse_edit(form.cleaned_data["value"], schema)
-                who = identity(request.user)  # type: ignore[arg-type]
+                who = identity(request.user)
                 services.execution_answer(
                     execution_id=execution.pk,
                     answers={slot: value},
