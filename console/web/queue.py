@@ -8,10 +8,12 @@ and the 5 s refresh swap only the `#queue` partial.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
+from uuid import UUID
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -53,7 +55,7 @@ def decided(request: SignedInRequest) -> HttpResponse:
 
 @role_required(APPROVER, what="Claiming an execution")
 @require_POST
-def claim(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def claim(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     return _claim_action(
         request, claim_services.claim_take, execution_id, "Claimed: the others see it is yours."
     )
@@ -61,11 +63,17 @@ def claim(request: SignedInRequest, execution_id: Any) -> HttpResponse:
 
 @role_required(APPROVER, what="Releasing a claim")
 @require_POST
-def unclaim(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def unclaim(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     return _claim_action(request, claim_services.claim_release, execution_id, "Released.")
 
 
-def _claim_action(request: SignedInRequest, service: Any, execution_id: Any, done: str) -> HttpResponse:
+class _ClaimService(Protocol):
+    def __call__(self, *, execution_id: UUID, approver: User) -> object: ...
+
+
+def _claim_action(
+    request: SignedInRequest, service: _ClaimService, execution_id: UUID, done: str
+) -> HttpResponse:
     try:
         service(execution_id=execution_id, approver=request.user)
     except ServiceError as exc:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypedDict
 from urllib.parse import urlencode
+from uuid import UUID
 
 from django import forms
 from django.contrib import messages
@@ -67,7 +68,7 @@ class RejectForm(forms.Form):
 # ---- review form --------------------------------------------------------------------------------------
 
 
-def _execution(execution_id: Any) -> models.Execution:
+def _execution(execution_id: UUID) -> models.Execution:
     executions = models.Execution.objects.select_related("contract__server", "rejection__reviewer")
     return get_object_or_404(executions, pk=execution_id)
 
@@ -260,7 +261,7 @@ def _observations(execution: models.Execution) -> list[ObservationRow]:
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def review(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def review(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
         execution = _execution(execution_id)
@@ -270,7 +271,7 @@ def review(request: SignedInRequest, execution_id: Any) -> HttpResponse:
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def progress(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def progress(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     """Polled every 2 s while lookups run. Once the execution has a newer record, answers with the whole
     review region instead; its fresh #progress polls again only if the new verdict is still `measure`."""
     execution = _execution(execution_id)
@@ -285,7 +286,7 @@ def progress(request: SignedInRequest, execution_id: Any) -> HttpResponse:
 
 @role_required(APPROVER, AUDITOR)
 @require_GET
-def live(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def live(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     """Polled every 5 s by the open page: 204 (nothing to swap) while the version it shows is current, the
     whole review region once another approver acted, a lookup returned or the verdict moved."""
     execution = _execution(execution_id)
@@ -330,7 +331,7 @@ def _form_errors(request: SignedInRequest, form: forms.Form) -> None:
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def approve_slot(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def approve_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveSlotForm(request.POST)
     if not form.is_valid():
@@ -353,7 +354,7 @@ def approve_slot(request: SignedInRequest, execution_id: Any) -> HttpResponse:
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def answer_slot(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def answer_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = AnswerForm(request.POST)
     if not form.is_valid():
@@ -393,7 +394,7 @@ def _edit_refused(
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def approve_execution(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def approve_execution(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveExecutionForm(request.POST)
     if not form.is_valid():
@@ -414,7 +415,7 @@ def approve_execution(request: SignedInRequest, execution_id: Any) -> HttpRespon
 
 @role_required(APPROVER, what=ACTION)
 @require_POST
-def reject(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def reject(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = RejectForm(request.POST)
     if not form.is_valid():

@@ -55,6 +55,7 @@ class _Choices(CatalogFilter):
         out = []
         for name, field in self.fields.items():
             if isinstance(field, forms.ChoiceField):
+                # Flat (value, label) pairs: these filters declare no option groups, which the stubs allow.
                 out.append((name, list(field.choices), str(self.data.get(name, ""))))  # type: ignore[arg-type]
         return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from uuid import UUID
 
 from django import forms
 from django.contrib import messages
@@ -26,7 +27,7 @@ class UserAnswerForm(forms.Form):
     value = forms.CharField(widget=forms.Textarea, required=False, strip=False)
 
 
-def _own_execution(request: SignedInRequest, execution_id: Any) -> models.Execution:
+def _own_execution(request: SignedInRequest, execution_id: UUID) -> models.Execution:
     execution = get_object_or_404(models.Execution.objects.select_related("contract"), pk=execution_id)
     if execution.principal != identity(request.user):
         raise PermissionDenied(f"Only {execution.principal} answers the questions of this execution.")
@@ -34,7 +35,7 @@ def _own_execution(request: SignedInRequest, execution_id: Any) -> models.Execut
 
 
 @login_required
-def user_answers(request: SignedInRequest, execution_id: Any) -> HttpResponse:
+def user_answers(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _own_execution(request, execution_id)
     if request.method == "POST":
         form = UserAnswerForm(request.POST)
