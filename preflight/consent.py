@@ -104,19 +104,8 @@ class Consent(Conditions):
             if state == "void"
             else NO_RESULT["user_answer"]
         )
-        self.add(
-            SlotState(
-                key=key,
-                kind="intent",
-                defined_by="provider",
-                label=label,
-                status="unknown",
-                route="ask_user",
-                gap="user_gap",
-                findings=(finding,),
-                detail="awaits the user's yes or no",
-            )
-        )
+        detail = "awaits the user's yes or no"
+        self.add(SlotState.ask_user(key, label, detail, kind="intent", findings=(finding,)))
         self.questions.append(question)
 
     def confirmation_slot(self, slot_key: str, label: str, value: Any) -> None:
@@ -154,17 +143,8 @@ class Consent(Conditions):
             return
         label = "the user consents to the call"
         if payload is None or payload_digest is None:
-            self.add(
-                SlotState(
-                    key=CONSENT_KEY,
-                    kind="intent",
-                    defined_by="provider",
-                    label=label,
-                    status="unknown",
-                    route="hold",
-                    detail="the user is asked to consent once the payload is complete and valid",
-                )
-            )
+            detail = "the user is asked to consent once the payload is complete and valid"
+            self.add(SlotState.held(CONSENT_KEY, label, detail, kind="intent"))
             return
         words = self.payload_words(payload)
         question = Question(
@@ -188,18 +168,7 @@ class Consent(Conditions):
         except ExpressionError as exc:
             detail = f"the effect key has no value for these arguments: {exc.reason}"
             finding = Finding("condition", "error", detail=exc.reason)
-            self.add(
-                SlotState(
-                    key=key,
-                    kind="condition",
-                    defined_by="provider",
-                    label=text,
-                    status="unknown",
-                    route="hold",
-                    findings=(finding,),
-                    detail=detail,
-                )
-            )
+            self.add(SlotState.held(key, text, detail, findings=(finding,)))
             return
         self.add(
             SlotState(

@@ -122,18 +122,8 @@ class Verdict(Materialize):
                     )
                 )
             elif valid_here is False:
-                self.add(
-                    SlotState(
-                        key=key,
-                        kind="condition",
-                        defined_by="provider",
-                        label=item.construct,
-                        status="unknown",
-                        route="unsupported",
-                        gap="implementation_gap",
-                        detail=f"{where}: {item.detail}, and the payload does not validate",
-                    )
-                )
+                detail = f"{where}: {item.detail}, and the payload does not validate"
+                self.add(SlotState.unsupported(key, item.construct, detail))
             else:
                 # Not counted: the slots still open decide the verdict; this waits for the whole payload.
                 self.slots.append(
