@@ -134,7 +134,7 @@ class Materialize(Consent):
             detail = "the tool declares no inputSchema (that is not a tool without arguments)"
             self.add(SlotState.provider_gap("schema:#", "the tool's arguments", detail))
             return
-        self.walk_node(self.plan.root, present=True)
+        self.walk_node(self.plan.root)
 
     def node_plan(self, node: ObjectNode) -> NodePlan:
         found = self.plan.nodes.get(node.location)
@@ -143,7 +143,7 @@ class Materialize(Consent):
             found = compile_node(node, props, self.plan.label_required)
         return found
 
-    def walk_node(self, node: ObjectNode, present: bool) -> None:
+    def walk_node(self, node: ObjectNode) -> None:
         np = self.node_plan(node)
         for item in node.unsupported:
             if item.value_only:
@@ -211,12 +211,10 @@ class Materialize(Consent):
                     self.arg_slot(prop, res, name in required)
                 elif name in required or members:
                     self.objects.append(prop.path)
-                    self.walk_node(child, present=True)
+                    self.walk_node(child)
                 continue
             if name not in required and name not in resolutions:
                 continue
-            if name in selection.waiting and name not in resolutions:
-                pass  # a discriminator still open: its own slot below asks for it
             res = resolutions.get(name) or self.resolve_prop(prop)
             self.arg_slot(prop, res, name in required)
         self.undeclared(node)

@@ -99,7 +99,6 @@ class Selection:
     required: frozenset[str]
     open_groups: tuple[BranchGroup, ...]  # nothing grounded picks a branch: ask which one
     conflicts: tuple[tuple[BranchGroup, tuple[int, ...]], ...]  # several complete branches of a oneOf
-    waiting: frozenset[str]  # discriminators that must be settled before their conditional applies
 
 
 # Keys of a branch or a then/else that only name or identify it: they add no obligation.
@@ -521,17 +520,15 @@ def select_branches(
             open_groups.append(group)
         else:
             required |= group.branches[chosen].required
-    waiting: set[str] = set()
     for cond in node.conditionals:
         outcome = _test(cond, grounded, values, expected)
-        if outcome is None:
-            waiting |= {n for n in cond.tests if n not in grounded}
-        else:
+        # None: an expected discriminator is still open, and its own slot asks for it
+        if outcome is not None:
             required |= cond.then_required if outcome else cond.else_required
     # Dependencies chain (a needs b, b needs c): close over names that become required and are grounded.
     for name in sorted(grounded):
         required |= node.dependent_required.get(name, frozenset())
-    return Selection(frozenset(required), tuple(open_groups), tuple(conflicts), frozenset(waiting))
+    return Selection(frozenset(required), tuple(open_groups), tuple(conflicts))
 
 
 def _test(
