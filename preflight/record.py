@@ -1,8 +1,7 @@
 """The immutable outcome of one preflight, and its JSON form (the record of the Agent API).
 
-Its values are attrs frozen classes, not frozen dataclasses: one preflight builds some thirty of them, and a
-frozen dataclass's __init__ (object.__setattr__ looked up per field) made that a fifth of the call; attrs'
-is about twice as fast, with the same immutability and types. Copy one with attrs.evolve.
+Its values are attrs frozen classes, not frozen dataclasses: a preflight builds dozens of them, and attrs'
+__init__ does not look up object.__setattr__ per field. Copy one with attrs.evolve.
 """
 
 from __future__ import annotations

@@ -351,10 +351,9 @@ _args_digests: Bounded[tuple[Any, ...], str] = Bounded(16384)
 
 
 def _args_digest(args: Mapping[str, Any]) -> str:
-    """`digest(args)`, kept for args whose values are hashable (scalars, mostly). A lookup's args are the same
-    in each preflight of an execution (two or three on the way to a grant), and their canonical JSON was about
-    a fifth of an engine run with 20 lookups (bench/lookups.py). Each value's type is part of the key: 1,
-    1.0 and True are equal in Python, not in JSON."""
+    """`digest(args)`, kept for args whose values are hashable (scalars, mostly): a lookup's args are the same
+    in each preflight of an execution. Each value's type is part of the key: 1, 1.0 and True are equal in
+    Python, not in JSON."""
     try:
         key = tuple((name, type(value), value) for name, value in sorted(args.items()))
         found = _args_digests.get(key)

@@ -1,7 +1,7 @@
 """Payload validation: a compiled fast path for the common schema subset, jsonschema as the authority.
 
 Tool schemas are mostly flat objects of typed scalars. For those, a validator compiled into closures
-answers in a few microseconds. Any keyword outside the subset makes the whole schema fall back to
+answers without jsonschema's overhead. Any keyword outside the subset makes the whole schema fall back to
 jsonschema, and a payload the fast path rejects is always re-checked by jsonschema, which also writes the
 error messages. The fast path can therefore only ever be asked "is this valid?" on schemas it fully
 understands; property tests compare it with jsonschema.

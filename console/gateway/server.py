@@ -495,8 +495,7 @@ class Gateway:
         retries); on 2025-11-25 the question is asked here and the loop goes on."""
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         waited = 0.0
-        # Every verdict but `measure` returns; `measure` is bounded by MEASURE_WAIT_S (it used to be bounded
-        # by MAX_ROUNDS polls, 1 s, so the wait below was never reached).
+        # Every verdict but `measure` returns; `measure` polls until MEASURE_WAIT_S.
         while True:
             latest = await _db(_record, execution_id=execution_id)
             verdict = latest["verdict"]

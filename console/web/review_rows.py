@@ -101,7 +101,7 @@ class SlotRow:
 
     def as_dict(self) -> dict[str, Any]:
         """For the template: a dict resolves each `row.x` on the first try, where an object costs Django's
-        template engine a failed `row["x"]` first (60 rows, ~30 lookups each, on every refresh)."""
+        template engine a failed `row["x"]` first, for every lookup of every row."""
         out = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
         out["row_class"] = " ".join(self.css)
         out["flags"] = [(f.css, f.text) for f in self.flags]
