@@ -42,9 +42,7 @@ class Consent(Conditions):
             return None
         return f"edited by {editor}: another approver must approve this value"
 
-    def value_approval(
-        self, key: str, res: Resolution, *, approve: bool
-    ) -> SlotApproval | None:
+    def value_approval(self, key: str, res: Resolution, *, approve: bool) -> SlotApproval | None:
         """An approver's approval a settled value needs: by contract (`confirm: {"by": "approver"}`), or
         because an approver edited it (four eyes: then the editor's own approval does not count)."""
         editor = self.editor(res)
@@ -65,23 +63,9 @@ class Consent(Conditions):
     def bound_slot(self, key: str, label: str, bound_digest: str, question: Question, declined: str) -> None:
         state, a = self.user_yes(key, bound_digest)
         pointer = {"answer": a.id, "by": a.answered_by, "digest": bound_digest} if a is not None else None
-        if state == "yes":
-            self.add(
-                SlotState(
-                    key=key,
-                    kind="intent",
-                    defined_by="provider",
-                    label=label,
-                    status="known",
-                    value=bound_digest,
-                    source="user_answer",
-                    pointer=pointer,
-                    findings=(Finding("user_answer", "found", pointer),),
-                )
-            )
-            return
-        if state == "no":
+        if state in ("yes", "no"):
             # The user's no to exactly this: recorded, and the call does not run while it stands.
+            no = state == "no"
             self.add(
                 SlotState(
                     key=key,
@@ -89,15 +73,16 @@ class Consent(Conditions):
                     defined_by="provider",
                     label=label,
                     status="known",
-                    value=False,
+                    value=False if no else bound_digest,
                     source="user_answer",
                     pointer=pointer,
-                    findings=(Finding("user_answer", "found", pointer, "the user said no"),),
-                    met=False,
-                    detail=declined,
+                    findings=(Finding("user_answer", "found", pointer, "the user said no" if no else None),),
+                    met=False if no else None,
+                    detail=declined if no else None,
                 )
             )
-            self.unmet.append(Unmet(key, "block", declined))
+            if no:
+                self.unmet.append(Unmet(key, "block", declined))
             return
         finding = (
             Finding("user_answer", "no_result", pointer, "the answer was for another value; asked again")

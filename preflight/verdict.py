@@ -105,10 +105,7 @@ class Verdict(Materialize):
             refusals = self.plan.validator.refusals(payload)
         for item, at in self.value_only:
             key, where = f"schema:{item.location}", f"{item.construct} at {item.location}"
-            if valid is False and not _responsible(item.construct, at, refusals):
-                valid_here: bool | None = None
-            else:
-                valid_here = valid
+            valid_here = None if valid is False and not _responsible(item.construct, at, refusals) else valid
             if valid_here is True:
                 self.add(
                     SlotState(
