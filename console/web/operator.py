@@ -197,13 +197,12 @@ def gap_report_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
     if fmt == "md":
         response = HttpResponse(ops.report_markdown(report), content_type="text/markdown; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{name}.md"'
     elif fmt == "json":
         body = json.dumps(ops.report_json(report), indent=2, ensure_ascii=False) + "\n"
         response = HttpResponse(body, content_type="application/json; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{name}.json"'
     else:
         raise Http404("export formats: md, json")
+    response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
     return response
 
 
@@ -427,7 +426,6 @@ def server_trust(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(
             request, f"{server.name}: annotations are now {state}; current tools got new versions."
         )
-    if not getattr(request, "htmx", False) and not problem:
         return redirect("operator:server", server.pk)
     return _render(
         request,
@@ -479,25 +477,18 @@ def contract_diff(request: HttpRequest, pk: int, other: int) -> HttpResponse:
             status=400,
         )
     text = ops.contract_diff(old, new)
-    lines = []
-    for line in text.splitlines():
-        kind = (
-            "add"
-            if line.startswith("+")
-            else "del"
-            if line.startswith("-")
-            else "hunk"
-            if line.startswith("@@")
-            else ""
-        )
-        if line.startswith(("+++", "---")):
-            kind = "file"
-        lines.append((kind, line))
+    lines = [
+        (next((k for p, k in _DIFF_KINDS if line.startswith(p)), ""), line) for line in text.splitlines()
+    ]
     return render(
         request,
         "console/operator/contract_diff.html",
         {"old": old, "new": new, "lines": lines, "same": not text},
     )
+
+
+# A diff line's kind by its prefix, the file headers first (they start like an added or a removed line).
+_DIFF_KINDS = (("+++", "file"), ("---", "file"), ("+", "add"), ("-", "del"), ("@@", "hunk"))
 
 
 # ---- user/org rules --------------------------------------------------------------------------------------
