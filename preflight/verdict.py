@@ -10,6 +10,7 @@ from .confirmations import CONFIRM_PREFIX, CONSENT_KEY
 from .errors import SchemaUnusable
 from .materialize import Materialize
 from .record import SlotState
+from .schema import find_property
 from .state import set_path
 from .validation import PayloadValidator
 
@@ -84,17 +85,8 @@ class Verdict(Materialize):
         return refusals, unblamed
 
     def required_path(self, path: str) -> bool:
-        root = self.plan.root
-        node = root
-        parts = path.split(".")
-        for i, part in enumerate(parts):
-            if node is None:
-                return False
-            if i == len(parts) - 1:
-                return part in node.required
-            prop = node.properties.get(part)
-            node = prop.child if prop is not None else None
-        return False
+        found = find_property(self.plan.root, path) if self.plan.root is not None else None
+        return found is not None and found[1]
 
     def value_only_slots(self, payload: Mapping[str, Any] | None, valid: bool | None) -> None:
         """The validator is the authority on constructs that only limit acceptable payloads: a grounded
