@@ -1,6 +1,6 @@
 """What the review page shows, computed from a stored record: one row per slot, the conversation cut into
-marked spans. Plain data, so the template stays a loop (a 60-slot page renders in a few milliseconds) and
-every decision about what is highlighted lives here, where it can be tested.
+marked spans. Plain data, so the template stays a loop and every decision about what is highlighted lives
+here, where it can be tested.
 """
 
 from __future__ import annotations
@@ -388,16 +388,13 @@ def _source(row: SlotRow, s: Mapping[str, Any], ctx: Context) -> None:
         execution, _, seq = ref.partition("#")
         row.source = f"prior record {execution[:8]}#{seq}"
         row.source_href = f"/executions/{execution}/" if execution else None
-    elif source == "contract":
-        row.source = "declared by the tool"
-    elif source == "condition":
-        row.source = "evaluated"
-    elif source == "approval":
-        row.source = "approved"
     elif source == "reviewer":
         row.source = f"reviewer · {pointer.get('by', '')}"
     else:
-        row.source = source
+        row.source = _SOURCE_WORDS.get(source, source)
+
+
+_SOURCE_WORDS = {"contract": "declared by the tool", "condition": "evaluated", "approval": "approved"}
 
 
 def _changes(
