@@ -162,18 +162,9 @@ class Resolve(RunState):
             return None
         obs = self.evidence.observations.get(request.key)
         if obs is None or request.key in self.evidence.pending:
-            res.findings.append(
-                Finding(
-                    "observed",
-                    "no_result",
-                    {"measure": spec.name},
-                    "lookup running"
-                    if obs is None and request.key in self.evidence.pending
-                    else "not measured yet",
-                )
-            )
-            res.measure = request
-            self.frontier.setdefault(request.key, request)
+            running = obs is None and request.key in self.evidence.pending
+            detail = "lookup running" if running else "not measured yet"
+            self.look_up(res, request, Finding("observed", "no_result", {"measure": spec.name}, detail))
             return None
         if obs.error is not None:
             res.findings.append(Finding("observed", "error", _observation_json(obs), obs.error))
@@ -187,21 +178,19 @@ class Resolve(RunState):
             res.error = True
             return None
         if age > spec.max_age_s:
-            res.findings.append(
-                Finding(
-                    "observed",
-                    "no_result",
-                    _observation_json(obs),
-                    f"stale: observed {age:.0f}s ago, max age {spec.max_age_s:.0f}s",
-                )
-            )
-            res.measure = request
-            self.frontier.setdefault(request.key, request)
+            detail = f"stale: observed {age:.0f}s ago, max age {spec.max_age_s:.0f}s"
+            self.look_up(res, request, Finding("observed", "no_result", _observation_json(obs), detail))
             return None
         stale_at = obs.observed_at + timedelta(seconds=spec.max_age_s)
         if self.fresh_until is None or stale_at < self.fresh_until:
             self.fresh_until = stale_at
         return obs
+
+    def look_up(self, res: Resolution, request: MeasureRequest, finding: Finding) -> None:
+        """The slot waits for this lookup: it goes on the frontier, once."""
+        res.findings.append(finding)
+        res.measure = request
+        self.frontier.setdefault(request.key, request)
 
     def action_name_resolution(self, ob: FixedObligation) -> Resolution:
         res = Resolution()
