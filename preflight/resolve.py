@@ -3,7 +3,7 @@ presets, lookups, prior state...), with what each source said."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -147,14 +147,7 @@ class Resolve(RunState):
         if missing:
             res.waits_for = missing
             return None
-        args = {
-            k: self.values[v[4:]]
-            if isinstance(v, str) and v.startswith("arg:")
-            else principal_id(self.request.principal)
-            if v == "principal"
-            else v
-            for k, v in spec.args.items()
-        }
+        args = lookup_args(spec, self.values.__getitem__, self.request.principal)
         request = MeasureRequest(spec.name, spec.lookup, args, _args_digest(args), spec.max_age_s)
         if self.deferred:
             # Measurements are taken at trigger time, never stored ahead for a deferred execution.
@@ -337,6 +330,19 @@ def principal_id(principal: str) -> str:
 
 
 _args_digests: Bounded[tuple[Any, ...], str] = Bounded(16384)
+
+
+def lookup_args(spec: MeasureSpec, argument: Callable[[str], Any], principal: str) -> dict[str, Any]:
+    """A lookup's arguments: each `arg:<path>` the argument's value (read by `argument`), `principal` the
+    principal's id, anything else as declared. The gate's re-check builds them again the same way."""
+    return {
+        k: argument(v[4:])
+        if isinstance(v, str) and v.startswith("arg:")
+        else principal_id(principal)
+        if v == "principal"
+        else v
+        for k, v in spec.args.items()
+    }
 
 
 def _args_digest(args: Mapping[str, Any]) -> str:
