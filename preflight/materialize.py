@@ -316,7 +316,7 @@ class Materialize(Consent):
                 Question(
                     key,
                     self.question_text(cfg, label, required),
-                    self.question_schema(prop.schema, required),
+                    question_schema(self.contract.input_schema, prop.schema, required),
                     proposed=(res.candidate,) if res.unverified else (),
                 )
             )
@@ -326,11 +326,6 @@ class Materialize(Consent):
         if not required:
             text = cfg.question or f"Should {label} be included, and if so, what is it?"
         return self.sanitize(text)
-
-    def question_schema(self, schema: Mapping[str, Any], required: bool) -> dict[str, Any]:
-        """What an answer must satisfy: the argument's own schema (with the definitions its `$ref`s name),
-        or null as well for an optional argument (null leaves it out)."""
-        return question_schema(self.contract.input_schema, schema, required)
 
     def refuse(
         self,
@@ -384,7 +379,7 @@ class Materialize(Consent):
             text = f"This action has no setting for {name!r}; go ahead without it?"
             question = Question(key, text, {"type": "null"}, kind="without", reason=reason)
         else:
-            schema = self.question_schema(prop.schema, required) if prop is not None else {}
+            schema = question_schema(self.contract.input_schema, prop.schema, required) if prop else {}
             text = self.question_text(cfg, label, required)
             question = Question(key, text, schema, reason=reason, proposed=proposed)
         self.questions.append(question)
