@@ -19,7 +19,7 @@ from .checklist import FIXED_CHECKLIST
 from .errors import SchemaUnusable
 from .materialize import _INTENT_SCHEMAS, question_schema
 from .plan import Plan
-from .schema import ObjectNode, Property
+from .schema import find_property
 from .validation import NO_RETRIEVAL
 
 __all__ = ["accepted_form", "answer_problem", "normalise_answer", "rememberable"]
@@ -194,18 +194,8 @@ def _unasked_schema(plan: Plan | None, key: str) -> Mapping[str, Any] | None:
         return _INTENT_SCHEMAS[key]
     if not key.startswith("arg:") or plan is None or plan.root is None:
         return None
-    found = _property(plan.root, key[4:])
+    found = find_property(plan.root, key[4:])
     if found is None:
         return None  # an argument the tool does not declare: the whole-payload validation decides
     prop, required = found
     return question_schema(plan.contract.input_schema, prop.schema, required)
-
-
-def _property(node: ObjectNode, path: str) -> tuple[Property, bool] | None:
-    head, _, rest = path.partition(".")
-    prop = node.properties.get(head)
-    if prop is None:
-        return None
-    if not rest:
-        return prop, head in node.required
-    return _property(prop.child, rest) if prop.child is not None else None

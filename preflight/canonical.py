@@ -29,10 +29,8 @@ def canonical_json(obj: object) -> bytes:
     representation would let two different values share a digest.
     """
     try:
-        # Most values (every record, every payload the engine builds) are already plain: then sorted compact
-        # json.dumps is byte-for-byte RFC 8785 (same escapes, same key order), at a fraction of the
-        # pure-Python encoder's cost. The rest (integral floats, read-only Mappings) is rare enough for
-        # rfc8785 itself: a second, copying fast path measured no gain per call (bench/RESULTS.md).
+        # Most values are already plain: then sorted compact json.dumps is byte-for-byte RFC 8785 and far
+        # cheaper than the pure-Python encoder, which the rare rest (integral floats, Mappings) goes through.
         if written_as_is(obj):
             return _encode(obj).encode("utf-8")
     except (RecursionError, UnicodeEncodeError):

@@ -190,18 +190,8 @@ class Conditions(Resolve):
                     )
                     continue
             if payload_digest is None:
-                self.add(
-                    SlotState(
-                        key=key,
-                        kind="condition",
-                        defined_by=owner,
-                        label=text,
-                        status="unknown",
-                        route="hold",
-                        approval="required",
-                        detail="needs a person's approval once every value is settled",
-                    )
-                )
+                detail = "needs a person's approval once every value is settled"
+                self.add(SlotState.held(key, text, detail, defined_by=owner, approval="required"))
                 continue
             state = approval_state(self.evidence.approvals, key, payload_digest)
             if state == "approved":
@@ -218,18 +208,8 @@ class Conditions(Resolve):
                     )
                 )
             else:
-                self.add(
-                    SlotState(
-                        key=key,
-                        kind="condition",
-                        defined_by=owner,
-                        label=text,
-                        status="unknown",
-                        route="hold",
-                        approval=slot_approval(state),
-                        detail="needs a person's approval of these exact values",
-                    )
-                )
+                detail = "needs a person's approval of these exact values"
+                self.add(SlotState.held(key, text, detail, defined_by=owner, approval=slot_approval(state)))
 
 
 def _rule_owner(rule: Rule) -> Literal["policy", "user"]:

@@ -42,9 +42,7 @@ class Consent(Conditions):
             return None
         return f"edited by {editor}: another approver must approve this value"
 
-    def value_approval(
-        self, key: str, res: Resolution, *, approve: bool
-    ) -> SlotApproval | None:
+    def value_approval(self, key: str, res: Resolution, *, approve: bool) -> SlotApproval | None:
         """An approver's approval a settled value needs: by contract (`confirm: {"by": "approver"}`), or
         because an approver edited it (four eyes: then the editor's own approval does not count)."""
         editor = self.editor(res)
@@ -65,23 +63,9 @@ class Consent(Conditions):
     def bound_slot(self, key: str, label: str, bound_digest: str, question: Question, declined: str) -> None:
         state, a = self.user_yes(key, bound_digest)
         pointer = {"answer": a.id, "by": a.answered_by, "digest": bound_digest} if a is not None else None
-        if state == "yes":
-            self.add(
-                SlotState(
-                    key=key,
-                    kind="intent",
-                    defined_by="provider",
-                    label=label,
-                    status="known",
-                    value=bound_digest,
-                    source="user_answer",
-                    pointer=pointer,
-                    findings=(Finding("user_answer", "found", pointer),),
-                )
-            )
-            return
-        if state == "no":
+        if state in ("yes", "no"):
             # The user's no to exactly this: recorded, and the call does not run while it stands.
+            no = state == "no"
             self.add(
                 SlotState(
                     key=key,
@@ -89,34 +73,24 @@ class Consent(Conditions):
                     defined_by="provider",
                     label=label,
                     status="known",
-                    value=False,
+                    value=False if no else bound_digest,
                     source="user_answer",
                     pointer=pointer,
-                    findings=(Finding("user_answer", "found", pointer, "the user said no"),),
-                    met=False,
-                    detail=declined,
+                    findings=(Finding("user_answer", "found", pointer, "the user said no" if no else None),),
+                    met=False if no else None,
+                    detail=declined if no else None,
                 )
             )
-            self.unmet.append(Unmet(key, "block", declined))
+            if no:
+                self.unmet.append(Unmet(key, "block", declined))
             return
         finding = (
             Finding("user_answer", "no_result", pointer, "the answer was for another value; asked again")
             if state == "void"
             else NO_RESULT["user_answer"]
         )
-        self.add(
-            SlotState(
-                key=key,
-                kind="intent",
-                defined_by="provider",
-                label=label,
-                status="unknown",
-                route="ask_user",
-                gap="user_gap",
-                findings=(finding,),
-                detail="awaits the user's yes or no",
-            )
-        )
+        detail = "awaits the user's yes or no"
+        self.add(SlotState.ask_user(key, label, detail, kind="intent", findings=(finding,)))
         self.questions.append(question)
 
     def confirmation_slot(self, slot_key: str, label: str, value: Any) -> None:
@@ -154,17 +128,8 @@ class Consent(Conditions):
             return
         label = "the user consents to the call"
         if payload is None or payload_digest is None:
-            self.add(
-                SlotState(
-                    key=CONSENT_KEY,
-                    kind="intent",
-                    defined_by="provider",
-                    label=label,
-                    status="unknown",
-                    route="hold",
-                    detail="the user is asked to consent once the payload is complete and valid",
-                )
-            )
+            detail = "the user is asked to consent once the payload is complete and valid"
+            self.add(SlotState.held(CONSENT_KEY, label, detail, kind="intent"))
             return
         words = self.payload_words(payload)
         question = Question(
@@ -188,18 +153,7 @@ class Consent(Conditions):
         except ExpressionError as exc:
             detail = f"the effect key has no value for these arguments: {exc.reason}"
             finding = Finding("condition", "error", detail=exc.reason)
-            self.add(
-                SlotState(
-                    key=key,
-                    kind="condition",
-                    defined_by="provider",
-                    label=text,
-                    status="unknown",
-                    route="hold",
-                    findings=(finding,),
-                    detail=detail,
-                )
-            )
+            self.add(SlotState.held(key, text, detail, findings=(finding,)))
             return
         self.add(
             SlotState(

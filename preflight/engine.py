@@ -95,16 +95,8 @@ def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evid
         questions: tuple[Question, ...] = ()
         verdict: Literal["hold", "ask"] = "hold"
     else:
-        slot = SlotState(
-            key="fixed:tool",
-            kind="intent",
-            defined_by="fixed",
-            label="the action",
-            status="unknown",
-            route="ask_user",
-            gap="user_gap",
-            detail=f"{len(changing)} actions could do this",
-        )
+        detail = f"{len(changing)} actions could do this"
+        slot = SlotState.ask_user("fixed:tool", "the action", detail, kind="intent", defined_by="fixed")
         questions = (
             Question("fixed:tool", fixed_tool.question, {"enum": list(options)}, options, kind="choice"),
         )

@@ -53,16 +53,13 @@ class Materialize(Consent):
                 res = self.walk_sources(ob.key, ob.sources)
                 if res.status == "unknown":
                     self.add(
-                        SlotState(
-                            key=ob.key,
+                        SlotState.provider_gap(
+                            ob.key,
+                            "the intended change",
+                            "the tool does not declare the state change it makes",
                             kind=ob.kind,
                             defined_by="fixed",
-                            label="the intended change",
-                            status="unknown",
-                            route="provider_gap",
-                            gap="provider_gap",
                             findings=tuple(res.findings),
-                            detail="the tool does not declare the state change it makes",
                         )
                     )
                 else:
@@ -95,18 +92,15 @@ class Materialize(Consent):
                     self.deferred = True
         if res.status == "unknown":
             self.add(
-                SlotState(
-                    key=ob.key,
+                SlotState.ask_user(
+                    ob.key,
+                    label,
+                    f"{label}: not grounded in the user's words",
                     kind=ob.kind,
                     defined_by="fixed",
-                    label=label,
-                    status="unknown",
-                    route="ask_user",
-                    gap="user_gap",
                     findings=tuple(res.findings),
                     candidate=res.candidate,
                     unverified=res.unverified,
-                    detail=f"{label}: not grounded in the user's words",
                 )
             )
             proposed = (res.candidate,) if res.unverified else ()
@@ -131,46 +125,16 @@ class Materialize(Consent):
     def provider_slots(self) -> None:
         c = self.contract
         for problem in c.labels.problems:
-            self.add(
-                SlotState(
-                    key=f"label:{problem.line}",
-                    kind="condition",
-                    defined_by="provider",
-                    label=problem.text,
-                    status="unknown",
-                    route="provider_gap",
-                    gap="provider_gap",
-                    detail=f"malformed label on line {problem.line}: {problem.reason}",
-                )
-            )
+            detail = f"malformed label on line {problem.line}: {problem.reason}"
+            self.add(SlotState.provider_gap(f"label:{problem.line}", problem.text, detail))
         for i, sentence in enumerate(c.prose_conditions):
-            self.add(
-                SlotState(
-                    key=f"cond:prose-{i + 1}",
-                    kind="condition",
-                    defined_by="provider",
-                    label=sentence,
-                    status="unknown",
-                    route="provider_gap",
-                    gap="provider_gap",
-                    detail=f"a condition stated only in prose, not declared: {sentence!r}",
-                )
-            )
+            detail = f"a condition stated only in prose, not declared: {sentence!r}"
+            self.add(SlotState.provider_gap(f"cond:prose-{i + 1}", sentence, detail))
         if self.plan.root is None:
-            self.add(
-                SlotState(
-                    key="schema:#",
-                    kind="condition",
-                    defined_by="provider",
-                    label="the tool's arguments",
-                    status="unknown",
-                    route="provider_gap",
-                    gap="provider_gap",
-                    detail="the tool declares no inputSchema (that is not a tool without arguments)",
-                )
-            )
+            detail = "the tool declares no inputSchema (that is not a tool without arguments)"
+            self.add(SlotState.provider_gap("schema:#", "the tool's arguments", detail))
             return
-        self.walk_node(self.plan.root, present=True)
+        self.walk_node(self.plan.root)
 
     def node_plan(self, node: ObjectNode) -> NodePlan:
         found = self.plan.nodes.get(node.location)
@@ -179,24 +143,14 @@ class Materialize(Consent):
             found = compile_node(node, props, self.plan.label_required)
         return found
 
-    def walk_node(self, node: ObjectNode, present: bool) -> None:
+    def walk_node(self, node: ObjectNode) -> None:
         np = self.node_plan(node)
         for item in node.unsupported:
             if item.value_only:
                 self.value_only.append((item, tuple(node.path.split(".")) if node.path else ()))
                 continue
-            self.add(
-                SlotState(
-                    key=f"schema:{item.location}",
-                    kind="condition",
-                    defined_by="provider",
-                    label=item.construct,
-                    status="unknown",
-                    route="unsupported",
-                    gap="implementation_gap",
-                    detail=f"{item.construct} at {item.location}: {item.detail}",
-                )
-            )
+            detail = f"{item.construct} at {item.location}: {item.detail}"
+            self.add(SlotState.unsupported(f"schema:{item.location}", item.construct, detail))
         resolutions: dict[str, Resolution] = {}
         candidates = self.request.candidates
         answers, presets, prior = self.evidence.answers, self.evidence.presets, self.evidence.prior
@@ -235,17 +189,8 @@ class Materialize(Consent):
             self.branch_slot(node, group)
         for group, complete in selection.conflicts:
             labels = " and ".join(group.branches[i].label for i in complete)
-            self.add(
-                SlotState(
-                    key=f"branch:{group.location}",
-                    kind="condition",
-                    defined_by="provider",
-                    label="which alternative applies",
-                    status="unknown",
-                    route="hold",
-                    detail=f"conflict: more than one exclusive alternative is complete ({labels})",
-                )
-            )
+            detail = f"conflict: more than one exclusive alternative is complete ({labels})"
+            self.add(SlotState.held(f"branch:{group.location}", "which alternative applies", detail))
         for name in node.order:
             prop = node.properties[name]
             if prop.child is not None:
@@ -266,12 +211,10 @@ class Materialize(Consent):
                     self.arg_slot(prop, res, name in required)
                 elif name in required or members:
                     self.objects.append(prop.path)
-                    self.walk_node(child, present=True)
+                    self.walk_node(child)
                 continue
             if name not in required and name not in resolutions:
                 continue
-            if name in selection.waiting and name not in resolutions:
-                pass  # a discriminator still open: its own slot below asks for it
             res = resolutions.get(name) or self.resolve_prop(prop)
             self.arg_slot(prop, res, name in required)
         self.undeclared(node)
@@ -302,18 +245,8 @@ class Materialize(Consent):
         key = f"branch:{group.location}"
         options = tuple(b.label for b in group.branches)
         text = "Which of these will you provide: " + ", or ".join(options) + "?"
-        self.add(
-            SlotState(
-                key=key,
-                kind="value",
-                defined_by="provider",
-                label="which alternative applies",
-                status="unknown",
-                route="ask_user",
-                gap="user_gap",
-                detail=f"no grounded value selects one {group.kind} alternative",
-            )
-        )
+        detail = f"no grounded value selects one {group.kind} alternative"
+        self.add(SlotState.ask_user(key, "which alternative applies", detail))
         self.questions.append(
             Question(key, self.sanitize(text), {"enum": list(options)}, options, kind="choice")
         )
@@ -383,7 +316,7 @@ class Materialize(Consent):
                 Question(
                     key,
                     self.question_text(cfg, label, required),
-                    self.question_schema(prop.schema, required),
+                    question_schema(self.contract.input_schema, prop.schema, required),
                     proposed=(res.candidate,) if res.unverified else (),
                 )
             )
@@ -393,11 +326,6 @@ class Materialize(Consent):
         if not required:
             text = cfg.question or f"Should {label} be included, and if so, what is it?"
         return self.sanitize(text)
-
-    def question_schema(self, schema: Mapping[str, Any], required: bool) -> dict[str, Any]:
-        """What an answer must satisfy: the argument's own schema (with the definitions its `$ref`s name),
-        or null as well for an optional argument (null leaves it out)."""
-        return question_schema(self.contract.input_schema, schema, required)
 
     def refuse(
         self,
@@ -451,7 +379,7 @@ class Materialize(Consent):
             text = f"This action has no setting for {name!r}; go ahead without it?"
             question = Question(key, text, {"type": "null"}, kind="without", reason=reason)
         else:
-            schema = self.question_schema(prop.schema, required) if prop is not None else {}
+            schema = question_schema(self.contract.input_schema, prop.schema, required) if prop else {}
             text = self.question_text(cfg, label, required)
             question = Question(key, text, schema, reason=reason, proposed=proposed)
         self.questions.append(question)
@@ -498,15 +426,13 @@ class Materialize(Consent):
             cfg = self.contract.slot_config(path)
             label = path.replace("_", " ").replace(".", " ")
             if clash or look_alike:
-                slot = SlotState(
-                    key=key,
+                slot = SlotState.held(
+                    key,
+                    label,
+                    look_alike
+                    or "no place in the arguments: a dotted name, or inside a value that is no object",
                     kind="value",
                     defined_by="user",
-                    label=label,
-                    status="unknown",
-                    route="hold",
-                    detail=look_alike
-                    or "no place in the arguments: a dotted name, or inside a value that is no object",
                 )
                 # Not an argument slot: it has no place in the payload, and nothing that reads the argument
                 # it seems to sit in waits for it.
@@ -533,18 +459,14 @@ class Materialize(Consent):
                 self.arg_slots[path] = slot
                 self.add(slot)
                 continue
-            slot = SlotState(
-                key=key,
-                kind="value",
+            slot = SlotState.ask_user(
+                key,
+                label,
+                "proposed without a verified source; not an argument the tool declares",
                 defined_by="user",
-                label=label,
-                status="unknown",
-                route="ask_user",
-                gap="user_gap",
                 findings=tuple(res.findings),
                 candidate=res.candidate,
                 unverified=res.unverified,
-                detail="proposed without a verified source; not an argument the tool declares",
             )
             self.arg_slots[path] = slot
             self.add(slot)

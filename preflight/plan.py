@@ -88,7 +88,6 @@ class Plan:
     checklist_version: str
     fixed: tuple[FixedObligation, ...]
     label_required: frozenset[str]
-    label_confirm: frozenset[str]
     label_consents: tuple[Label, ...]  # `[confirm] text` without a target: the user consents to the call
     arguments: frozenset[str]
     props: Mapping[str, PropInfo]
@@ -109,8 +108,8 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
     schema = contract.input_schema
     root = compile_object(schema) if schema is not None else None
     labels = contract.labels.labels
-    props = _prop_infos(contract, root, labels) if root is not None else {}
     label_required = frozenset(lb.target for lb in labels if lb.tag == "required" and lb.target)
+    props = _prop_infos(contract, root, labels, label_required) if root is not None else {}
     plan = Plan(
         contract=contract,
         root=root,
@@ -119,7 +118,6 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
         checklist_version=f"{stamp};contract={contract.digest[7:19]}",
         fixed=FIXED_CHECKLIST,
         label_required=label_required,
-        label_confirm=frozenset(lb.target for lb in labels if lb.tag == "confirm" and lb.target),
         label_consents=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
         arguments=_paths(root) if root is not None else frozenset(),
         props=props,
@@ -161,9 +159,10 @@ def _node_plans(
     return out
 
 
-def _prop_infos(contract: ToolContract, root: ObjectNode, labels: Sequence[Label]) -> dict[str, PropInfo]:
+def _prop_infos(
+    contract: ToolContract, root: ObjectNode, labels: Sequence[Label], required: frozenset[str]
+) -> dict[str, PropInfo]:
     confirm = {lb.target for lb in labels if lb.tag == "confirm" and lb.target}
-    required = {lb.target for lb in labels if lb.tag == "required" and lb.target}
     out: dict[str, PropInfo] = {}
 
     def walk(node: ObjectNode) -> None:

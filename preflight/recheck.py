@@ -23,7 +23,7 @@ from .errors import ExpressionError
 from .expressions import evaluate, evaluate_key
 from .record import MeasureRequest
 from .request import Observation
-from .resolve import MAX_CLOCK_SKEW_S, principal_id
+from .resolve import MAX_CLOCK_SKEW_S, lookup_args
 
 __all__ = ["Recheck", "RecheckFailure", "recheck_failures", "recheck_for"]
 
@@ -71,15 +71,8 @@ def recheck_for(contract: ToolContract, payload: Mapping[str, Any], *, principal
 
 
 def _lookup(spec: MeasureSpec, payload: Mapping[str, Any], principal: str) -> MeasureRequest:
-    # The arguments the preflight gave the lookup (`resolve.Resolve.observe`), from the granted payload.
-    args = {
-        k: _at(payload, v[4:])
-        if isinstance(v, str) and v.startswith("arg:")
-        else principal_id(principal)
-        if v == "principal"
-        else v
-        for k, v in spec.args.items()
-    }
+    # The arguments the preflight gave the lookup, from the granted payload.
+    args = lookup_args(spec, lambda path: _at(payload, path), principal)
     return MeasureRequest(spec.name, spec.lookup, args, digest(args), spec.max_age_s)
 
 

@@ -1,8 +1,7 @@
 """The immutable outcome of one preflight, and its JSON form (the record of the Agent API).
 
-Its values are attrs frozen classes, not frozen dataclasses: one preflight builds some thirty of them, and a
-frozen dataclass's __init__ (object.__setattr__ looked up per field) made that a fifth of the call; attrs'
-is about twice as fast, with the same immutability and types. Copy one with attrs.evolve.
+Its values are attrs frozen classes, not frozen dataclasses: a preflight builds dozens of them, and attrs'
+__init__ does not look up object.__setattr__ per field. Copy one with attrs.evolve.
 """
 
 from __future__ import annotations
@@ -35,6 +34,8 @@ SLOT_APPROVALS: Final[tuple[SlotApproval, ...]] = get_args(SlotApproval)
 AWAITING_APPROVAL: Final[frozenset[SlotApproval]] = frozenset({"required", "void"})
 GapClass = Literal["user_gap", "provider_gap", "source_gap", "implementation_gap"]
 Status = Literal["known", "null", "unknown"]
+SlotKind = Literal["value", "condition", "intent"]
+Owner = Literal["fixed", "provider", "policy", "user"]
 
 
 @attrs.frozen
@@ -60,8 +61,8 @@ class Finding:
 @attrs.frozen(kw_only=True)
 class SlotState:
     key: str
-    kind: Literal["value", "condition", "intent"]
-    defined_by: Literal["fixed", "provider", "policy", "user"]
+    kind: SlotKind
+    defined_by: Owner
     label: str
     status: Status
     value: Any = None
@@ -87,13 +88,96 @@ class SlotState:
     @classmethod
     def tool_held(cls, detail: str) -> SlotState:
         """The action itself held for review: no catalog tool can do it (now or any longer)."""
+        return cls.held("fixed:tool", "the action", detail, kind="intent", defined_by="fixed")
+
+    @classmethod
+    def held(
+        cls,
+        key: str,
+        label: str,
+        detail: str,
+        *,
+        kind: SlotKind = "condition",
+        defined_by: Owner = "provider",
+        findings: tuple[Finding, ...] = (),
+        approval: SlotApproval | None = None,
+    ) -> SlotState:
+        """Open and held for a person: no answer or lookup can settle it now."""
         return cls(
-            key="fixed:tool",
-            kind="intent",
-            defined_by="fixed",
-            label="the action",
+            key=key,
+            kind=kind,
+            defined_by=defined_by,
+            label=label,
             status="unknown",
             route="hold",
+            approval=approval,
+            findings=findings,
+            detail=detail,
+        )
+
+    @classmethod
+    def provider_gap(
+        cls,
+        key: str,
+        label: str,
+        detail: str,
+        *,
+        kind: SlotKind = "condition",
+        defined_by: Owner = "provider",
+        findings: tuple[Finding, ...] = (),
+    ) -> SlotState:
+        """Open until the tool's provider declares what is missing: nobody else can settle it."""
+        return cls(
+            key=key,
+            kind=kind,
+            defined_by=defined_by,
+            label=label,
+            status="unknown",
+            route="provider_gap",
+            gap="provider_gap",
+            findings=findings,
+            detail=detail,
+        )
+
+    @classmethod
+    def unsupported(cls, key: str, label: str, detail: str) -> SlotState:
+        """A schema construct the engine cannot check: held as an implementation gap."""
+        return cls(
+            key=key,
+            kind="condition",
+            defined_by="provider",
+            label=label,
+            status="unknown",
+            route="unsupported",
+            gap="implementation_gap",
+            detail=detail,
+        )
+
+    @classmethod
+    def ask_user(
+        cls,
+        key: str,
+        label: str,
+        detail: str,
+        *,
+        kind: SlotKind = "value",
+        defined_by: Owner = "provider",
+        findings: tuple[Finding, ...] = (),
+        candidate: Any = None,
+        unverified: bool = False,
+    ) -> SlotState:
+        """Open until the requesting user answers the question asked beside it."""
+        return cls(
+            key=key,
+            kind=kind,
+            defined_by=defined_by,
+            label=label,
+            status="unknown",
+            route="ask_user",
+            gap="user_gap",
+            findings=findings,
+            candidate=candidate,
+            unverified=unverified,
             detail=detail,
         )
 

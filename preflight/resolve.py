@@ -3,7 +3,7 @@ presets, lookups, prior state...), with what each source said."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -147,14 +147,7 @@ class Resolve(RunState):
         if missing:
             res.waits_for = missing
             return None
-        args = {
-            k: self.values[v[4:]]
-            if isinstance(v, str) and v.startswith("arg:")
-            else principal_id(self.request.principal)
-            if v == "principal"
-            else v
-            for k, v in spec.args.items()
-        }
+        args = lookup_args(spec, self.values.__getitem__, self.request.principal)
         request = MeasureRequest(spec.name, spec.lookup, args, _args_digest(args), spec.max_age_s)
         if self.deferred:
             # Measurements are taken at trigger time, never stored ahead for a deferred execution.
@@ -162,18 +155,9 @@ class Resolve(RunState):
             return None
         obs = self.evidence.observations.get(request.key)
         if obs is None or request.key in self.evidence.pending:
-            res.findings.append(
-                Finding(
-                    "observed",
-                    "no_result",
-                    {"measure": spec.name},
-                    "lookup running"
-                    if obs is None and request.key in self.evidence.pending
-                    else "not measured yet",
-                )
-            )
-            res.measure = request
-            self.frontier.setdefault(request.key, request)
+            running = obs is None and request.key in self.evidence.pending
+            detail = "lookup running" if running else "not measured yet"
+            self.look_up(res, request, Finding("observed", "no_result", {"measure": spec.name}, detail))
             return None
         if obs.error is not None:
             res.findings.append(Finding("observed", "error", _observation_json(obs), obs.error))
@@ -187,21 +171,19 @@ class Resolve(RunState):
             res.error = True
             return None
         if age > spec.max_age_s:
-            res.findings.append(
-                Finding(
-                    "observed",
-                    "no_result",
-                    _observation_json(obs),
-                    f"stale: observed {age:.0f}s ago, max age {spec.max_age_s:.0f}s",
-                )
-            )
-            res.measure = request
-            self.frontier.setdefault(request.key, request)
+            detail = f"stale: observed {age:.0f}s ago, max age {spec.max_age_s:.0f}s"
+            self.look_up(res, request, Finding("observed", "no_result", _observation_json(obs), detail))
             return None
         stale_at = obs.observed_at + timedelta(seconds=spec.max_age_s)
         if self.fresh_until is None or stale_at < self.fresh_until:
             self.fresh_until = stale_at
         return obs
+
+    def look_up(self, res: Resolution, request: MeasureRequest, finding: Finding) -> None:
+        """The slot waits for this lookup: it goes on the frontier, once."""
+        res.findings.append(finding)
+        res.measure = request
+        self.frontier.setdefault(request.key, request)
 
     def action_name_resolution(self, ob: FixedObligation) -> Resolution:
         res = Resolution()
@@ -350,11 +332,23 @@ def principal_id(principal: str) -> str:
 _args_digests: Bounded[tuple[Any, ...], str] = Bounded(16384)
 
 
+def lookup_args(spec: MeasureSpec, argument: Callable[[str], Any], principal: str) -> dict[str, Any]:
+    """A lookup's arguments: each `arg:<path>` the argument's value (read by `argument`), `principal` the
+    principal's id, anything else as declared. The gate's re-check builds them again the same way."""
+    return {
+        k: argument(v[4:])
+        if isinstance(v, str) and v.startswith("arg:")
+        else principal_id(principal)
+        if v == "principal"
+        else v
+        for k, v in spec.args.items()
+    }
+
+
 def _args_digest(args: Mapping[str, Any]) -> str:
-    """`digest(args)`, kept for args whose values are hashable (scalars, mostly). A lookup's args are the same
-    in each preflight of an execution (two or three on the way to a grant), and their canonical JSON was about
-    a fifth of an engine run with 20 lookups (bench/lookups.py). Each value's type is part of the key: 1,
-    1.0 and True are equal in Python, not in JSON."""
+    """`digest(args)`, kept for args whose values are hashable (scalars, mostly): a lookup's args are the same
+    in each preflight of an execution. Each value's type is part of the key: 1, 1.0 and True are equal in
+    Python, not in JSON."""
     try:
         key = tuple((name, type(value), value) for name, value in sorted(args.items()))
         found = _args_digests.get(key)

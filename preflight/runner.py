@@ -26,19 +26,15 @@ Lookup = Callable[[Mapping[str, Any]], Any]
 _ids = itertools.count(1)
 
 
-def _observe(
-    request: MeasureRequest, registry: Mapping[str, Lookup], clock: Callable[[], datetime], future: Any
-) -> Observation:
+def _failed(request: MeasureRequest, clock: Callable[[], datetime], error: str) -> Observation:
+    return Observation(request.measure, request.args_digest, clock(), error=error, id=f"obs-{next(_ids)}")
+
+
+def _observe(request: MeasureRequest, clock: Callable[[], datetime], future: Any) -> Observation:
     try:
         result = future.result(timeout=0)
     except Exception as exc:  # the lookup's own failure: recorded, then held
-        return Observation(
-            request.measure,
-            request.args_digest,
-            clock(),
-            error=f"{type(exc).__name__}: {exc}",
-            id=f"obs-{next(_ids)}",
-        )
+        return _failed(request, clock, f"{type(exc).__name__}: {exc}")
     value, observed_at = (
         result
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], datetime)
@@ -64,28 +60,16 @@ def run_frontier(
         for req in requests:
             fn = registry.get(req.lookup)
             if fn is None:
-                out[req.key] = Observation(
-                    req.measure,
-                    req.args_digest,
-                    clock(),
-                    error=f"no lookup registered as {req.lookup!r}",
-                    id=f"obs-{next(_ids)}",
-                )
+                out[req.key] = _failed(req, clock, f"no lookup registered as {req.lookup!r}")
                 continue
             futures[req.key] = (req, pool.submit(fn, dict(req.args)))
         wait([f for _, f in futures.values()], timeout=timeout_s)
         for key, (req, fut) in futures.items():
             if not fut.done():
                 fut.cancel()
-                out[key] = Observation(
-                    req.measure,
-                    req.args_digest,
-                    clock(),
-                    error=f"timed out after {timeout_s}s",
-                    id=f"obs-{next(_ids)}",
-                )
+                out[key] = _failed(req, clock, f"timed out after {timeout_s}s")
             else:
-                out[key] = _observe(req, registry, clock, fut)
+                out[key] = _observe(req, clock, fut)
     finally:
         # A lookup that overran its timeout is abandoned, not waited for: its answer would be ignored anyway.
         pool.shutdown(wait=False, cancel_futures=True)

@@ -33,6 +33,7 @@ __all__ = [
     "Selection",
     "Unsupported",
     "compile_object",
+    "find_property",
     "select_branches",
 ]
 
@@ -99,7 +100,6 @@ class Selection:
     required: frozenset[str]
     open_groups: tuple[BranchGroup, ...]  # nothing grounded picks a branch: ask which one
     conflicts: tuple[tuple[BranchGroup, tuple[int, ...]], ...]  # several complete branches of a oneOf
-    waiting: frozenset[str]  # discriminators that must be settled before their conditional applies
 
 
 # Keys of a branch or a then/else that only name or identify it: they add no obligation.
@@ -182,6 +182,11 @@ class _Builder:
         except (AttributeError, TypeError, ValueError):
             return scope  # an `$id` that is no URI: the metaschema check refuses it; nothing to base on
 
+    def limits(self, location: str, construct: str, detail: str) -> None:
+        """A construct that only limits which argument objects are acceptable: the whole-payload validation
+        decides it."""
+        self.problems.append(Unsupported(location, construct, detail, value_only=True))
+
     def lookup(self, ref: str, location: str, scope: _Scope) -> Resolved[Any] | None:
         try:
             return (scope or self.document()).lookup(ref)
@@ -254,18 +259,13 @@ class _Builder:
                 return
         stype = schema.get("type")
         if stype is not None and stype != "object" and not (isinstance(stype, list) and "object" in stype):
-            self.problems.append(
-                Unsupported(location, "type", f"arguments must be an object, not {stype!r}", value_only=True)
-            )
+            self.limits(location, "type", f"arguments must be an object, not {stype!r}")
         for key in schema:
             if key in _VALUE_ONLY:
-                self.problems.append(
-                    Unsupported(
-                        f"{location}/{key}",
-                        key,
-                        f"'{key}' limits the acceptable arguments in a way this engine does not interpret",
-                        value_only=True,
-                    )
+                self.limits(
+                    f"{location}/{key}",
+                    key,
+                    f"'{key}' limits the acceptable arguments in a way this engine does not interpret",
                 )
             # any other keyword is a value constraint, an annotation or an unknown extension: it cannot add
             # obligations silently, because the whole payload is validated against the original schema anyway
@@ -308,13 +308,10 @@ class _Builder:
                     for dep in (name, *needs):
                         acc.properties.setdefault(dep, Property(dep, _join(path, dep), {}, None))
                 else:
-                    self.problems.append(
-                        Unsupported(
-                            f"{location}/{source_name}/{_esc(name)}",
-                            source_name,
-                            "schema-valued dependencies are not interpreted",
-                            value_only=True,
-                        )
+                    self.limits(
+                        f"{location}/{source_name}/{_esc(name)}",
+                        source_name,
+                        "schema-valued dependencies are not interpreted",
                     )
 
     def prop(self, name: str, sub: Any, location: str, path: str, scope: _Scope) -> Property:
@@ -324,9 +321,7 @@ class _Builder:
         if not isinstance(sub, Mapping):
             return Property(name, _join(path, name), {}, None)
         if len(self.expanding) > 16:
-            self.problems.append(
-                Unsupported(location, "$ref", "references nest deeper than 16 levels", value_only=True)
-            )
+            self.limits(location, "$ref", "references nest deeper than 16 levels")
             return Property(name, _join(path, name), {}, None)
         start = len(self.problems)
         resolved, _ = self.view(sub, location, scope)
@@ -335,7 +330,7 @@ class _Builder:
         target = self.target(sub, scope)
         if target is not None and self.expanding.count(target) >= _SELF_NESTING:
             # A schema that contains itself below this property: the value is checked whole by the validator.
-            self.problems.append(Unsupported(location, "$ref", "recursive reference", value_only=True))
+            self.limits(location, "$ref", "recursive reference")
             return Property(name, _join(path, name), resolved, None)
         child = None
         if _is_object(resolved):
@@ -383,11 +378,7 @@ class _Builder:
                 else {"?"}
             )
             if not isinstance(alt, Mapping) or extra or not isinstance(alt.get("required", []), list):
-                self.problems.append(
-                    Unsupported(
-                        where, kind, "only branches of `required` names are interpreted", value_only=True
-                    )
-                )
+                self.limits(where, kind, "only branches of `required` names are interpreted")
                 return None
             resolved_alts.append((i, where, alt, inner))
         for i, where, alt, inner in resolved_alts:
@@ -410,25 +401,15 @@ class _Builder:
             self.view(schema["if"], f"{location}/if", scope)[0] if isinstance(schema["if"], Mapping) else None
         )
         if test is None or set(test) - {"properties", "required", "type"} - _IDENTIFYING:
-            self.problems.append(
-                Unsupported(
-                    f"{location}/if",
-                    "if",
-                    "only `if` on const/enum discriminators is interpreted",
-                    value_only=True,
-                )
-            )
+            self.limits(f"{location}/if", "if", "only `if` on const/enum discriminators is interpreted")
             return None
         tests: dict[str, tuple[Any, ...] | None] = {}
         for name, sub in (test.get("properties") or {}).items():
             if not isinstance(sub, Mapping) or set(sub) - {"const", "enum", "type", "description"}:
-                self.problems.append(
-                    Unsupported(
-                        f"{location}/if/properties/{_esc(name)}",
-                        "if",
-                        "the discriminator must be tested with const or enum",
-                        value_only=True,
-                    )
+                self.limits(
+                    f"{location}/if/properties/{_esc(name)}",
+                    "if",
+                    "the discriminator must be tested with const or enum",
                 )
                 return None
             if "const" in sub:
@@ -449,14 +430,7 @@ class _Builder:
             else:
                 sub = None
             if sub is None or set(sub) - {"required", "properties"} - _IDENTIFYING:
-                self.problems.append(
-                    Unsupported(
-                        f"{location}/{key}",
-                        key,
-                        "only `required` in then/else is interpreted",
-                        value_only=True,
-                    )
-                )
+                self.limits(f"{location}/{key}", key, "only `required` in then/else is interpreted")
                 return None
             for name, psub in (sub.get("properties") or {}).items():
                 acc.properties.setdefault(
@@ -478,6 +452,18 @@ class _Acc:
         self.groups: list[BranchGroup] = []
         self.conditionals: list[Conditional] = []
         self.dependent: dict[str, set[str]] = {}
+
+
+def find_property(node: ObjectNode, path: str) -> tuple[Property, bool] | None:
+    """The declared property at a dotted argument path, and whether its object requires it; None if not
+    declared."""
+    head, _, rest = path.partition(".")
+    prop = node.properties.get(head)
+    if prop is None:
+        return None
+    if not rest:
+        return prop, head in node.required
+    return find_property(prop.child, rest) if prop.child is not None else None
 
 
 def compile_object(schema: Mapping[str, Any]) -> ObjectNode:
@@ -521,17 +507,15 @@ def select_branches(
             open_groups.append(group)
         else:
             required |= group.branches[chosen].required
-    waiting: set[str] = set()
     for cond in node.conditionals:
         outcome = _test(cond, grounded, values, expected)
-        if outcome is None:
-            waiting |= {n for n in cond.tests if n not in grounded}
-        else:
+        # None: an expected discriminator is still open, and its own slot asks for it
+        if outcome is not None:
             required |= cond.then_required if outcome else cond.else_required
     # Dependencies chain (a needs b, b needs c): close over names that become required and are grounded.
     for name in sorted(grounded):
         required |= node.dependent_required.get(name, frozenset())
-    return Selection(frozenset(required), tuple(open_groups), tuple(conflicts), frozenset(waiting))
+    return Selection(frozenset(required), tuple(open_groups), tuple(conflicts))
 
 
 def _test(

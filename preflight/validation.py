@@ -1,7 +1,7 @@
 """Payload validation: a compiled fast path for the common schema subset, jsonschema as the authority.
 
 Tool schemas are mostly flat objects of typed scalars. For those, a validator compiled into closures
-answers in a few microseconds. Any keyword outside the subset makes the whole schema fall back to
+answers without jsonschema's overhead. Any keyword outside the subset makes the whole schema fall back to
 jsonschema, and a payload the fast path rejects is always re-checked by jsonschema, which also writes the
 error messages. The fast path can therefore only ever be asked "is this valid?" on schemas it fully
 understands; property tests compare it with jsonschema.
@@ -142,15 +142,11 @@ class PayloadValidator:
         return [e.message for e in sorted(_iter_errors(sub, value), key=lambda e: [str(p) for p in e.path])]
 
 
-def _unusable(exc: Unresolvable) -> SchemaUnusable:
-    return SchemaUnusable(f"the schema has a reference nothing here resolves ({exc.ref})")
-
-
 def _iter_errors(validator: Any, instance: Any) -> list[jsonschema.ValidationError]:
     try:
         return list(validator.iter_errors(instance))
     except Unresolvable as exc:
-        raise _unusable(exc) from None
+        raise SchemaUnusable(f"the schema has a reference nothing here resolves ({exc.ref})") from None
     except RecursionError:
         raise SchemaUnusable("the schema's references loop without end") from None
 
@@ -184,7 +180,8 @@ _TYPES: dict[str, Check] = {
 }
 
 
-def _json_equal(a: Any, b: Any) -> bool:
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values: 1 and 1.0 are, 1 and True are not."""
     if type(a) is bool or type(b) is bool:
         return type(a) is type(b) and a == b
     if _is_number(a) and _is_number(b):
@@ -192,15 +189,10 @@ def _json_equal(a: Any, b: Any) -> bool:
     if type(a) is not type(b):
         return False
     if type(a) is list:
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
     if type(a) is dict:
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     return bool(a == b)
-
-
-def same_json(a: Any, b: Any) -> bool:
-    """Equal as JSON values: 1 and 1.0 are, 1 and True are not."""
-    return _json_equal(a, b)
 
 
 def _compile(schema: Any, formats: jsonschema.FormatChecker) -> Check:
@@ -267,9 +259,9 @@ def _keyword(key: str, value: Any, schema: Mapping[str, Any], formats: jsonschem
         return lambda x: type(x) is not list or all(item(v) for v in x)
     if key == "enum":
         options = list(value)
-        return lambda x: any(_json_equal(x, o) for o in options)
+        return lambda x: any(same_json(x, o) for o in options)
     if key == "const":
-        return lambda x: _json_equal(x, value)
+        return lambda x: same_json(x, value)
     if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         if not _is_number(value):
             raise _Unsupported

@@ -10,6 +10,7 @@ from .confirmations import CONFIRM_PREFIX, CONSENT_KEY
 from .errors import SchemaUnusable
 from .materialize import Materialize
 from .record import SlotState
+from .schema import find_property
 from .state import set_path
 from .validation import PayloadValidator
 
@@ -84,17 +85,8 @@ class Verdict(Materialize):
         return refusals, unblamed
 
     def required_path(self, path: str) -> bool:
-        root = self.plan.root
-        node = root
-        parts = path.split(".")
-        for i, part in enumerate(parts):
-            if node is None:
-                return False
-            if i == len(parts) - 1:
-                return part in node.required
-            prop = node.properties.get(part)
-            node = prop.child if prop is not None else None
-        return False
+        found = find_property(self.plan.root, path) if self.plan.root is not None else None
+        return found is not None and found[1]
 
     def value_only_slots(self, payload: Mapping[str, Any] | None, valid: bool | None) -> None:
         """The validator is the authority on constructs that only limit acceptable payloads: a grounded
@@ -105,10 +97,7 @@ class Verdict(Materialize):
             refusals = self.plan.validator.refusals(payload)
         for item, at in self.value_only:
             key, where = f"schema:{item.location}", f"{item.construct} at {item.location}"
-            if valid is False and not _responsible(item.construct, at, refusals):
-                valid_here: bool | None = None
-            else:
-                valid_here = valid
+            valid_here = None if valid is False and not _responsible(item.construct, at, refusals) else valid
             if valid_here is True:
                 self.add(
                     SlotState(
@@ -122,18 +111,8 @@ class Verdict(Materialize):
                     )
                 )
             elif valid_here is False:
-                self.add(
-                    SlotState(
-                        key=key,
-                        kind="condition",
-                        defined_by="provider",
-                        label=item.construct,
-                        status="unknown",
-                        route="unsupported",
-                        gap="implementation_gap",
-                        detail=f"{where}: {item.detail}, and the payload does not validate",
-                    )
-                )
+                detail = f"{where}: {item.detail}, and the payload does not validate"
+                self.add(SlotState.unsupported(key, item.construct, detail))
             else:
                 # Not counted: the slots still open decide the verdict; this waits for the whole payload.
                 self.slots.append(

@@ -167,25 +167,10 @@ def _call_python_tool(server: str, tool: str, arguments: Mapping[str, Any], time
 # Once session.call_tool() is entered, the request is handed to the transport. The SDK does not report whether
 # the bytes left (stdio writes from a pipe task, HTTP posts from a background task), so from that point every
 # failure without an answer is OutcomeUnknown, unless the server itself answered with a JSON-RPC error that
-# can only mean "refused before running" (_REFUSAL_CODES). INTERNAL_ERROR is what the SDK sends when a handler
-# raised mid-way, and some codes are synthesized client-side from HTTP trouble after the server may have acted
-# (PARSE_ERROR for an unreadable answer, INVALID_REQUEST for an odd content type), so those stay unknown.
-_METHOD_NOT_FOUND = -32601
-_INVALID_PARAMS = -32602
-_HEADER_MISMATCH = -32020
-_MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
-_UNSUPPORTED_PROTOCOL_VERSION = -32022
-_URL_ELICITATION_REQUIRED = -32042
-_REFUSAL_CODES = frozenset(
-    {
-        _METHOD_NOT_FOUND,
-        _INVALID_PARAMS,
-        _HEADER_MISMATCH,
-        _MISSING_REQUIRED_CLIENT_CAPABILITY,
-        _UNSUPPORTED_PROTOCOL_VERSION,
-        _URL_ELICITATION_REQUIRED,
-    }
-)
+# can only mean "refused before running" (see classify_mcp_error). INTERNAL_ERROR is what the SDK sends when
+# a handler raised mid-way, and some codes are synthesized client-side from HTTP trouble after the server may
+# have acted (PARSE_ERROR for an unreadable answer, INVALID_REQUEST for an odd content type): those stay
+# unknown.
 
 
 def connect_timeout(connector: Mapping[str, Any], timeout_s: float) -> float:
@@ -446,8 +431,17 @@ def _changed_from(definition: Any, expected: Mapping[str, Any] | None) -> list[s
 
 
 def classify_mcp_error(exc: Any, tool: str) -> Exception:
+    import mcp_types as types  # loaded already: the client that raised `exc` imported it
+
     detail = f"{tool!r}: MCP error {exc.code}: {exc.message}"
-    if exc.code in _REFUSAL_CODES:
+    if exc.code in (
+        types.METHOD_NOT_FOUND,
+        types.INVALID_PARAMS,
+        types.HEADER_MISMATCH,
+        types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        types.UNSUPPORTED_PROTOCOL_VERSION,
+        types.URL_ELICITATION_REQUIRED,
+    ):
         return ToolCallFailed(detail)
     return OutcomeUnknown(detail)
 

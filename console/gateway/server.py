@@ -351,14 +351,9 @@ class Gateway:
         except connectors.ToolCallFailed as exc:
             return _text(f"{name}: the upstream could not be reached, nothing was sent: {exc}", error=True)
         live = next((t for t in live_tools if t.get("name") == name), None)
-        live_digest = None
-        if live is not None and contract is not None:
-            live_digest = gateway_services.live_digest(
-                exposed.upstream.server,
-                live,
-                annotations_trusted=contract.annotations_trusted,
-                sidecar=contract.definition.get("x-preflight"),
-            )
+        live_digest = (
+            _live_digest(exposed, live, contract) if live is not None and contract is not None else None
+        )
         if contract is not None and live_digest == contract.digest:
             self._checked[(exposed.upstream.server, name)] = (contract.digest, time.monotonic())
             return contract
@@ -411,20 +406,10 @@ class Gateway:
                 record=self._summary(execution_id, "ask"),
             )
         if answer.action != "accept":
-            await _db(
-                gateway_services.gateway_decline,
-                execution_id=execution_id,
-                action=answer.action,
-                asked=list(last.fields) or [last.kind],
-                principal=self.principal,
-                actor=self._actor(),
-            )
             word = "declined" if answer.action == "decline" else "cancelled"
-            return _text(
-                f"The user {word}; nothing was executed.",
-                error=True,
-                record=self._summary(execution_id, word),
-            )
+            asked = list(last.fields) or [last.kind]
+            text = f"The user {word}; nothing was executed."
+            return await self._decline(execution_id, answer.action, asked, text, word)
         content = answer.content or {}
         problem = ""
         confirmed = last.confirmed
@@ -461,23 +446,26 @@ class Gateway:
                 return _unchanged(self.public_url + page, self._summary(execution_id, latest["verdict"]))
         elif last.kind == "confirm":
             if content.get(CONFIRM_FIELD) is not True:
-                await _db(
-                    gateway_services.gateway_decline,
-                    execution_id=execution_id,
-                    action="decline",
-                    asked=[CONFIRM_FIELD],
-                    principal=self.principal,
-                    actor=self._actor(),
-                )
-                return _text(
-                    "The user did not confirm; nothing was executed.",
-                    error=True,
-                    record=self._summary(execution_id, "declined"),
-                )
+                text = "The user did not confirm; nothing was executed."
+                return await self._decline(execution_id, "decline", [CONFIRM_FIELD], text, "declined")
             latest = await _db(_record, execution_id=execution_id)
             if latest.get("payload_digest") == last.shown:
                 confirmed = await self._confirm(execution_id, latest)
         return await self._advance(ctx, exposed, execution_id, caps, problem=problem, confirmed=confirmed)
+
+    async def _decline(
+        self, execution_id: str, action: str, asked: list[str], text: str, word: str
+    ) -> types.CallToolResult:
+        """The user declined (or cancelled) what was asked: recorded, and nothing runs."""
+        await _db(
+            gateway_services.gateway_decline,
+            execution_id=execution_id,
+            action=action,
+            asked=asked,
+            principal=self.principal,
+            actor=self._actor(),
+        )
+        return _text(text, error=True, record=self._summary(execution_id, word))
 
     # ---- one verdict at a time ---------------------------------------------------------------------
 
@@ -495,8 +483,7 @@ class Gateway:
         retries); on 2025-11-25 the question is asked here and the loop goes on."""
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         waited = 0.0
-        # Every verdict but `measure` returns; `measure` is bounded by MEASURE_WAIT_S (it used to be bounded
-        # by MAX_ROUNDS polls, 1 s, so the wait below was never reached).
+        # Every verdict but `measure` returns; `measure` polls until MEASURE_WAIT_S.
         while True:
             latest = await _db(_record, execution_id=execution_id)
             verdict = latest["verdict"]
@@ -526,8 +513,7 @@ class Gateway:
                     result = await ctx.session.elicit_form(
                         ask.message, ask.requested_schema, related_request_id=ctx.request_id
                     )
-                    outcome = await self._take(ctx, exposed, execution_id, step, result, caps)
-                    return outcome
+                    return await self._take(ctx, exposed, execution_id, step, result, caps)
                 return await self._run(exposed, execution_id, latest)
             if verdict == "ask":
                 form = self._form(exposed, latest, problem=problem)
@@ -735,9 +721,9 @@ class Gateway:
         except ServiceError as exc:
             return _text(f"{exc.code}: {exc.detail}", error=True, record=summary)
         summary = {**summary, "outcome": outcome.outcome}
-        if outcome.outcome == "executed":
-            return types.CallToolResult.model_validate({**outcome.result, "_meta": {META_RECORD: summary}})
-        if isinstance(outcome.result, Mapping) and "content" in outcome.result:
+        if outcome.outcome == "executed" or (
+            isinstance(outcome.result, Mapping) and "content" in outcome.result
+        ):
             return types.CallToolResult.model_validate({**outcome.result, "_meta": {META_RECORD: summary}})
         word = "may or may not have acted (not retried)" if outcome.outcome == "outcome_unknown" else "failed"
         return _text(f"The call {word}: {outcome.detail}", error=True, record=summary)
@@ -763,13 +749,7 @@ class Gateway:
             contract is None
             or live is None
             or contract.digest != pinned_digest
-            or gateway_services.live_digest(
-                exposed.upstream.server,
-                live,
-                annotations_trusted=contract.annotations_trusted,
-                sidecar=contract.definition.get("x-preflight"),
-            )
-            != pinned_digest
+            or _live_digest(exposed, live, contract) != pinned_digest
         ):
             raise connectors.ToolCallFailed(f"{tool!r}: the upstream definition changed; nothing was sent")
 
@@ -806,6 +786,16 @@ class Gateway:
 
 
 _MISSING = object()
+
+
+def _live_digest(exposed: Exposed, live: Mapping[str, Any], contract: models.ToolContract) -> str | None:
+    """The digest the live definition would have as this pinned contract (its trust and side-car kept)."""
+    return gateway_services.live_digest(
+        exposed.upstream.server,
+        live,
+        annotations_trusted=contract.annotations_trusted,
+        sidecar=contract.definition.get("x-preflight"),
+    )
 
 
 def _fingerprint(raw: str | None) -> str:

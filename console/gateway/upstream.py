@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -30,13 +30,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
-    """What an operator configured for one upstream server (see console/gateway/config.py)."""
+    """What an operator configured for one upstream server (its catalog row)."""
 
     server: str
     connector: dict[str, Any]
     annotations_trusted: bool = False
-    # Side-car `x-preflight` per tool name, as catalog import takes them.
-    extensions: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 30.0
 
 
@@ -47,7 +45,6 @@ class Upstream:
         self._closed: anyio.Event | None = None
         self._lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
-        self.connects = 0
 
     @property
     def server(self) -> str:
@@ -77,7 +74,6 @@ class Upstream:
                             client = await connector_tools.open_client(self.config.connector, stack, None)
                             scope.deadline = math.inf
                             self._client = client
-                            self.connects += 1
                             opened.set()
                             await closed.wait()
                     if scope.cancelled_caught and not opened.is_set():

@@ -198,13 +198,12 @@ def gap_report_export(request: SignedInRequest, pk: int, fmt: str) -> HttpRespon
     name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
     if fmt == "md":
         response = HttpResponse(ops.report_markdown(report), content_type="text/markdown; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{name}.md"'
     elif fmt == "json":
         body = json.dumps(ops.report_json(report), indent=2, ensure_ascii=False) + "\n"
         response = HttpResponse(body, content_type="application/json; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{name}.json"'
     else:
         raise Http404("export formats: md, json")
+    response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
     return response
 
 
@@ -428,7 +427,6 @@ def server_trust(request: SignedInRequest, pk: int) -> HttpResponse:
         messages.success(
             request, f"{server.name}: annotations are now {state}; current tools got new versions."
         )
-    if not request.htmx and not problem:
         return redirect("operator:server", server.pk)
     return _render(
         request,
@@ -480,25 +478,18 @@ def contract_diff(request: SignedInRequest, pk: int, other: int) -> HttpResponse
             status=400,
         )
     text = ops.contract_diff(old, new)
-    lines = []
-    for line in text.splitlines():
-        kind = (
-            "add"
-            if line.startswith("+")
-            else "del"
-            if line.startswith("-")
-            else "hunk"
-            if line.startswith("@@")
-            else ""
-        )
-        if line.startswith(("+++", "---")):
-            kind = "file"
-        lines.append((kind, line))
+    lines = [
+        (next((k for p, k in _DIFF_KINDS if line.startswith(p)), ""), line) for line in text.splitlines()
+    ]
     return render(
         request,
         "console/operator/contract_diff.html",
         {"old": old, "new": new, "lines": lines, "same": not text},
     )
+
+
+# A diff line's kind by its prefix, the file headers first (they start like an added or a removed line).
+_DIFF_KINDS = (("+++", "file"), ("---", "file"), ("+", "add"), ("-", "del"), ("@@", "hunk"))
 
 
 # ---- user/org rules --------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The held-executions queue: filters, search, counts per route, one page — a fixed handful of indexed
-queries however many executions wait (10,000 render in well under 100 ms; see bench/console.py) — and the
-recently decided executions, so work that leaves the queue can still be found.
+queries however many executions wait — and the recently decided executions, so work that leaves the queue
+can still be found.
 
 Route, gap class, unknown count and the call's one-line summary are columns of the execution (of its latest
 record, as its verdict is), so the counts and the page read one partial index and never a record's JSON.
@@ -187,8 +187,8 @@ def held(filters: dict[str, Any], *, user: User | None = None) -> QueuePage:
 def decided(filters: dict[str, Any]) -> QueuePage:
     """Executions that waited and were decided — granted, rejected or expired — most recent first: decided
     work leaves the queue but not the approver's sight."""
-    # `IN (held records)` rather than a correlated EXISTS: PostgreSQL hashes it once, where the EXISTS was
-    # costed per row, high enough that every request paid ~30 ms of JIT compilation (bench/console.py).
+    # `IN (held records)` rather than a correlated EXISTS: PostgreSQL hashes it once, where it costs an EXISTS
+    # per row (enough to trigger JIT compilation on every request).
     waited = models.PreflightRecord.objects.filter(verdict__in=HELD).values("execution_id")
     kinds = {
         "rejected": Q(rejected_at__isnull=False),
