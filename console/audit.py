@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from console import queries
 from console.models import AuditChain, AuditEvent
 from preflight.canonical import canonical_json
 
@@ -60,27 +61,29 @@ def _chain_head(chain: int = 0) -> tuple[int, str]:
     return (int(row[0]), str(row[1])) if row else (0, GENESIS)
 
 
-def _lock_head(chain: int) -> AuditChain:
-    """The chain's head, locked until commit: read in the statement that locks it, so after waiting for
-    another append it is that append's head (PostgreSQL re-reads a row it waited for)."""
-    heads = AuditChain.objects.select_for_update()
-    head = heads.filter(chain=chain).first()
-    if head is None:  # the chain's first append; a concurrent first append makes the same row
-        AuditChain.objects.bulk_create([AuditChain(chain=chain, hash=GENESIS)], ignore_conflicts=True)
-        head = heads.get(chain=chain)
-    return head
+def _lock_heads(chains: list[int]) -> dict[int, tuple[int, str]]:
+    """{chain: (seq, hash)} of these chains' heads, locked until commit in chain order (two actions never
+    wait on each other's in a cycle): read in the statement that locks them, so after waiting for another
+    append a head is that append's (PostgreSQL re-reads a row it waited for)."""
+    rows = AuditChain.objects.select_for_update().filter(chain__in=chains).order_by("chain")
+    heads = {chain: (seq, hash_) for chain, seq, hash_ in rows.values_list("chain", "seq", "hash")}
+    if len(heads) < len(chains):  # a chain's first append; a concurrent first append makes the same row
+        new = [AuditChain(chain=chain, hash=GENESIS) for chain in chains if chain not in heads]
+        AuditChain.objects.bulk_create(new, ignore_conflicts=True)
+        return _lock_heads(chains)
+    return heads
 
 
 def _write(events: list[AuditEvent]) -> None:
-    """Link the events to their chains, in order, and insert them. The heads are locked in chain order (two
-    actions never wait on each other's in a cycle) and only here, at the end of the action's transaction."""
+    """Link the events to their chains, in order, and insert them. The heads are locked only here, at the
+    end of the action's transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit events are written inside the transaction of the action they record")
-    heads = {chain: _lock_head(chain) for chain in sorted({event.chain for event in events})}
+    heads = _lock_heads(sorted({event.chain for event in events}))
     for event in events:
-        head = heads[event.chain]
+        seq, prev_hash = heads[event.chain]
         event.created_at = timezone.now()
-        event.seq, event.prev_hash = head.seq + 1, head.hash
+        event.seq, event.prev_hash = seq + 1, prev_hash
         event.hash = link_hash(
             seq=event.seq,
             kind=event.kind,
@@ -89,10 +92,8 @@ def _write(events: list[AuditEvent]) -> None:
             created_at=event.created_at,
             prev_hash=event.prev_hash,
         )
-        head.seq, head.hash = event.seq, event.hash
-    AuditEvent.objects.bulk_create(events)
-    for head in heads.values():
-        head.save(update_fields=["seq", "hash"])
+        heads[event.chain] = (event.seq, event.hash)
+    queries.append_links(events, heads)
 
 
 _batches = threading.local()

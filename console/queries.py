@@ -1,0 +1,61 @@
+"""The few writes the ORM cannot say in one statement, each with why. Everything else writes through the ORM.
+
+Each is built once per database vendor (`records.per_vendor`); on a database without data-modifying CTEs
+(SQLite, the embedded one, where a round trip costs nothing) the same write goes through the ORM instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from django.db import connection
+
+from console import records
+from console.models import AuditChain, AuditEvent
+
+
+def append_links(events: Sequence[AuditEvent], heads: Mapping[int, tuple[int, str]]) -> None:
+    """Insert linked audit events and move their chains' heads (locked by the caller) to their last links.
+
+    One statement: the ORM says it in two (bulk_create, then an UPDATE per head), and every round trip
+    between the head lock and COMMIT keeps every other append of that chain waiting."""
+    if connection.vendor != "postgresql":
+        AuditEvent.objects.bulk_create(events)
+        for chain, (seq, hash_) in heads.items():
+            AuditChain.objects.filter(chain=chain).update(seq=seq, hash=hash_)
+        return
+    params = [
+        [e.seq for e in events],
+        [e.chain for e in events],
+        [e.kind for e in events],
+        [e.execution_id for e in events],
+        [json.dumps(e.body) for e in events],  # as JSONField writes it
+        [e.prev_hash for e in events],
+        [e.hash for e in events],
+        [e.created_at for e in events],
+        list(heads),
+        [seq for seq, _ in heads.values()],
+        [hash_ for _, hash_ in heads.values()],
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_append_links_sql(), params)
+    for event in events:
+        event._state.adding = False
+        event._state.db = connection.alias
+
+
+@records.per_vendor
+def _append_links_sql() -> str:
+    columns = ", ".join(connection.ops.quote_name(f) for f in _LINK_COLUMNS)
+    return (
+        f"WITH links AS (INSERT INTO {records.table(AuditEvent)} ({columns})"
+        " SELECT s, c, k, e, b::jsonb, p, h, t FROM unnest(%s::bigint[], %s::smallint[], %s::text[],"
+        " %s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[]) AS u(s, c, k, e, b, p, h, t))"
+        f" UPDATE {records.table(AuditChain)} AS head SET seq = v.seq, hash = v.hash"
+        " FROM unnest(%s::smallint[], %s::bigint[], %s::text[]) AS v(chain, seq, hash)"
+        " WHERE head.chain = v.chain"
+    )
+
+
+_LINK_COLUMNS = ("seq", "chain", "kind", "execution_id", "body", "prev_hash", "hash", "created_at")
