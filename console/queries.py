@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
 from console import records
-from console.models import AuditChain, AuditEvent
+from console.models import AuditChain, AuditEvent, Observation
 
 
 def append_links(events: Sequence[AuditEvent], heads: Mapping[int, tuple[int, str]]) -> None:
@@ -59,3 +61,28 @@ def _append_links_sql() -> str:
 
 
 _LINK_COLUMNS = ("seq", "chain", "kind", "execution_id", "body", "prev_hash", "hash", "created_at")
+
+
+def fill_read(results: Sequence[tuple[int, Any, str | None, datetime]]) -> records.Read:
+    """Lookups' results (observation id, value, error, observed at) recorded where still pending, as a read of
+    the ids it recorded (PostgreSQL). The ORM says it as one CASE per row and column, and cannot send it in
+    the round trip of the reads that follow it under the execution's lock (`services.lookups_settled`)."""
+    value, observed_at = Observation._meta.get_field("value"), Observation._meta.get_field("observed_at")
+    params = [
+        [pk for pk, _, _, _ in results],
+        [value.get_db_prep_save(v, connection) for _, v, _, _ in results],
+        [error for _, _, error, _ in results],
+        [observed_at.get_db_prep_save(at, connection) for _, _, _, at in results],
+    ]
+    return _fill_sql(), params
+
+
+@records.per_vendor
+def _fill_sql() -> str:
+    return (
+        f"UPDATE {records.table(Observation)} o"
+        " SET value = r.value, error = r.error, observed_at = r.observed_at"
+        " FROM unnest(%s::bigint[], %s::jsonb[], %s::text[], %s::timestamptz[])"
+        " AS r(id, value, error, observed_at)"
+        " WHERE o.id = r.id AND o.observed_at IS NULL RETURNING o.id"
+    )

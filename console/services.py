@@ -30,7 +30,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 from kombu.utils.functional import retry_over_time
 
-from console import connectors, egress, json_values, models, records
+from console import connectors, egress, json_values, models, queries, records
 from console.audit import audit_append, audit_batch
 from console.effect_locks import effect_lock
 from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, Unprocessable
@@ -1128,6 +1128,8 @@ def observations_fill(*, results: Sequence[LookupResult]) -> int:
     COMMIT were two more round trips); inside a caller's transaction it is part of that one."""
     if not results:
         return 0
+    if records.pipelines():
+        return len(records.raw_rows(*_fill_read(results)))
     meta = models.Observation._meta
 
     def each(name: str, values: Sequence[Any]) -> Case:
@@ -1143,6 +1145,12 @@ def observations_fill(*, results: Sequence[LookupResult]) -> int:
         value=each("value", [None if r.error else r.value for r in results]),
         error=each("error", [r.error for r in results]),
         observed_at=each("observed_at", [r.observed_at for r in results]),
+    )
+
+
+def _fill_read(results: Sequence[LookupResult]) -> records.Read:
+    return queries.fill_read(
+        [(r.observation_id, None if r.error else r.value, r.error, r.observed_at) for r in results]
     )
 
 
@@ -1181,17 +1189,27 @@ def lookups_settled(
         execution = lock_execution(execution_id)
     except NotFound:
         return None
-    if results:
+    fill = []
+    if results and records.pipelines():
+        fill = [_fill_read(results)]
+    elif results:
         filled = observations_fill(results=results) > 0 or filled
+    # The fill, the looks and what a preflight would read, in one round trip (in this order: each statement
+    # sees those before it).
     pk = [_execution_pk(execution.pk)]
-    pending, ran = records.raw_reads((_pending_sql(), pk), (_has_run_sql(), pk))  # one round trip
+    reads = _preflight_reads(execution.pk, execution.principal, execution.request)
+    answers = records.raw_reads(*fill, (_pending_sql(), pk), (_has_run_sql(), pk), *reads)
+    n = len(fill)
+    filled = filled or any(answers[:n])
+    pending, ran = answers[n : n + 2]
     if pending:
         return None  # another task of the group is still to record, or a newer group was dispatched
     if execution.verdict != "measure" and not (filled and _may_wait_on_lookups(execution)):
         return None
     if ran:
         return None  # a fresh `execute` would mint a second grant for a call that happened
-    return _preflight_and_record(execution, trigger="lookups", none_pending=True)
+    with records.prefetched(*reads, rows=answers[n + 2 :]):
+        return _preflight_and_record(execution, trigger="lookups", none_pending=True)
 
 
 def _may_wait_on_lookups(execution: models.Execution) -> bool:

@@ -51,11 +51,12 @@ SWEEP: dict[str, Any] = {
     },
 }
 
-# BEGIN; the execution locked, none pending, not run yet; contract, active rules, presets, evidence and how
-# often each key was looked up; UPDATE execution, INSERT record, the next group's lookups or the grant; the
-# audit chain's head locked, its events inserted, the head moved on; COMMIT.
-BUDGET_MEASURE = 16  # with the next group's INSERT
-BUDGET_EXECUTE = 17  # and the grant's INSERT
+# BEGIN; the execution locked; then in one round trip none pending, not run yet, the contract, active rules,
+# presets, evidence and how often each key was looked up; UPDATE execution, INSERT record, the next group's
+# lookups or the grant; the audit chain's head locked, its events inserted and the head moved on in one
+# statement; COMMIT.
+BUDGET_MEASURE = 15  # with the next group's INSERT
+BUDGET_EXECUTE = 15  # or the grant's INSERT
 
 
 def shape(sql: str) -> str:
