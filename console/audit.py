@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,16 +62,18 @@ def _chain_head(chain: int = 0) -> tuple[int, str]:
     return (int(row[0]), str(row[1])) if row else (0, GENESIS)
 
 
-def _lock_heads(chains: list[int]) -> dict[int, tuple[int, str]]:
-    """{chain: (seq, hash)} of these chains' heads, locked until commit in chain order (two actions never
-    wait on each other's in a cycle): read in the statement that locks them, so after waiting for another
-    append a head is that append's (PostgreSQL re-reads a row it waited for)."""
-    rows = AuditChain.objects.select_for_update().filter(chain__in=chains).order_by("chain")
-    heads = {chain: (seq, hash_) for chain, seq, hash_ in rows.values_list("chain", "seq", "hash")}
-    if len(heads) < len(chains):  # a chain's first append; a concurrent first append makes the same row
-        new = [AuditChain(chain=chain, hash=GENESIS) for chain in chains if chain not in heads]
-        AuditChain.objects.bulk_create(new, ignore_conflicts=True)
-        return _lock_heads(chains)
+def _lock_heads(events: list[AuditEvent]) -> dict[int, tuple[int, str]]:
+    """{chain: (seq, hash)} of the events' chains' heads before them, locked until commit, in chain order
+    (two actions never wait on each other's in a cycle)."""
+    counts = Counter(event.chain for event in events)
+    heads = {}
+    for chain in sorted(counts):
+        head = queries.advance_head(chain, counts[chain])
+        if head is None:  # the chain's first append; a concurrent first append makes the same row
+            AuditChain.objects.bulk_create([AuditChain(chain=chain, hash=GENESIS)], ignore_conflicts=True)
+            head = queries.advance_head(chain, counts[chain])
+        assert head is not None
+        heads[chain] = head
     return heads
 
 
@@ -79,7 +82,7 @@ def _write(events: list[AuditEvent]) -> None:
     end of the action's transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit events are written inside the transaction of the action they record")
-    heads = _lock_heads(sorted({event.chain for event in events}))
+    heads = _lock_heads(events)
     for event in events:
         seq, prev_hash = heads[event.chain]
         event.created_at = timezone.now()

@@ -487,8 +487,9 @@ class AuditEvent(AppendOnly):
 
 
 class AuditChain(models.Model):
-    """The head of one audit chain: appends lock it (select_for_update reads it in the same statement), so
-    two never link to the same head, and move it on. Its row exists from the chain's first append on."""
+    """The head of one audit chain: appends lock it (read in the statement that locks it, console/queries.py
+    `advance_head`), so two never link to the same head, and move it on. Its row exists from the chain's
+    first append on."""
 
     chain = models.PositiveSmallIntegerField(primary_key=True)
     seq = models.PositiveBigIntegerField(default=0)
