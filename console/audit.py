@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,14 +21,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.models import AuditEvent
-from console.records import insert_rows, per_vendor, table, write_now_or_later
+from console import queries
+from console.models import AuditChain, AuditEvent
 from preflight.canonical import canonical_json
 
 GENESIS = "sha256:" + "0" * 64
-
-# Any constant works; it only has to be the same for every process appending to this database.
-_ADVISORY_LOCK_KEY = 0x50524546  # "PREF"
 
 
 def link_hash(
@@ -35,13 +33,6 @@ def link_hash(
 ) -> str:
     """`sha256:<hex>` over the canonical JSON (RFC 8785) of the link: {"body", "created_at", "execution_id",
     "kind", "prev_hash", "seq"}."""
-    return _linked(_link_prefix(kind, execution_id, body, created_at), prev_hash, seq)
-
-
-def _link_prefix(kind: str, execution_id: str | None, body: Any, created_at: datetime) -> bytes:
-    """The link's canonical JSON up to the value of its prev_hash. Canonical JSON orders keys, and prev_hash
-    and seq sort after the others, so the rest is `<prev_hash>","seq":<seq>}` (a hash, and an integer,
-    spelled the same in any JSON): PostgreSQL can finish the link under the chain's lock (`_append_sql`)."""
     content = canonical_json(
         {
             "body": body,
@@ -49,13 +40,11 @@ def _link_prefix(kind: str, execution_id: str | None, body: Any, created_at: dat
             "created_at": created_at.astimezone(UTC).isoformat(),
             "execution_id": execution_id,
             "kind": kind,
+            "prev_hash": prev_hash,
+            "seq": seq,
         }
     )
-    return content[:-1] + b',"prev_hash":"'
-
-
-def _linked(prefix: bytes, prev_hash: str, seq: int) -> str:
-    return "sha256:" + hashlib.sha256(prefix + f'{prev_hash}","seq":{seq:d}}}'.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(content).hexdigest()
 
 
 def chain_of(execution_id: str | None) -> int:
@@ -68,89 +57,46 @@ def chain_of(execution_id: str | None) -> int:
 
 
 def _chain_head(chain: int = 0) -> tuple[int, str]:
-    """(seq, hash) of the last event of a chain; (0, GENESIS) for an empty one. SQLite: its one writer at a
-    time serializes appends, and the unique (chain, seq) turns any race that slips through into a failed
-    action, never a forked chain."""
+    """(seq, hash) of the last event of a chain as stored; (0, GENESIS) for an empty one."""
     row = AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
     return (int(row[0]), str(row[1])) if row else (0, GENESIS)
 
 
+def _lock_heads(events: list[AuditEvent]) -> dict[int, tuple[int, str]]:
+    """{chain: (seq, hash)} of the events' chains' heads before them, locked until commit, in chain order
+    (two actions never wait on each other's in a cycle)."""
+    counts = Counter(event.chain for event in events)
+    heads = {}
+    for chain in sorted(counts):
+        head = queries.advance_head(chain, counts[chain])
+        if head is None:  # the chain's first append; a concurrent first append makes the same row
+            AuditChain.objects.bulk_create([AuditChain(chain=chain, hash=GENESIS)], ignore_conflicts=True)
+            head = queries.advance_head(chain, counts[chain])
+        assert head is not None
+        heads[chain] = head
+    return heads
+
+
 def _write(events: list[AuditEvent]) -> None:
-    """Link the events to the chain, in order, and insert them."""
+    """Link the events to their chains, in order, and insert them. The heads are locked only here, at the
+    end of the action's transaction."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit events are written inside the transaction of the action they record")
+    heads = _lock_heads(events)
     for event in events:
+        seq, prev_hash = heads[event.chain]
         event.created_at = timezone.now()
-    if connection.vendor == "postgresql":
-        _append_on_server(events)
-        return
-    heads: dict[int, tuple[int, str]] = {}
-    for event in events:
-        seq, prev_hash = heads.get(event.chain) or _chain_head(event.chain)
-        seq += 1
-        event.seq = seq
-        event.prev_hash = prev_hash
+        event.seq, event.prev_hash = seq + 1, prev_hash
         event.hash = link_hash(
-            seq=seq,
+            seq=event.seq,
             kind=event.kind,
             execution_id=event.execution_id,
             body=event.body,
             created_at=event.created_at,
             prev_hash=event.prev_hash,
         )
-        heads[event.chain] = (seq, event.hash)
-    insert_rows(events, ids=False)
-
-
-def _append_on_server(events: list[AuditEvent]) -> None:
-    """PostgreSQL links the events itself, each INSERT reading the head under the chain's lock and hashing
-    the link from the prefix computed here (`_link_prefix`). So an append needs no answer: the lock and the
-    INSERTs go with the action's last writes and its COMMIT (`records.write_now_or_later`), and the lock is
-    held only while PostgreSQL runs them and commits, never across a round trip (a lock held across the
-    client's work serialized concurrent requests: bench/api.py). The events' seq and hashes stay unset here;
-    read them back from the table.
-
-    A transaction-scoped advisory lock (it also covers the empty table, which a row lock cannot) keeps two
-    appends from reading the same head. Each INSERT is a statement of its own after the lock: in READ
-    COMMITTED a statement takes its snapshot when it starts, so it sees the previous holder's commit."""
-    fields = {f.name: f for f in AuditEvent._meta.concrete_fields}
-    # One lock per chain, taken in chain order (two actions never wait on each other's in a cycle). Chain 0
-    # keeps the single-key lock it always had.
-    statements: list[tuple[str, Sequence[Any]]] = [
-        (
-            f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d})"
-            if chain == 0
-            else f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK_KEY:d}, {chain:d})",
-            (),
-        )
-        for chain in sorted({event.chain for event in events})
-    ]
-    for event in events:
-        params = [
-            fields[name].get_db_prep_save(getattr(event, name), connection)
-            for name in ("kind", "execution_id", "body", "created_at")
-        ]
-        prefix = _link_prefix(event.kind, event.execution_id, event.body, event.created_at)
-        statements.append((_append_sql(), [event.chain, *params, prefix, event.chain, GENESIS]))
-    write_now_or_later(statements)
-
-
-@per_vendor
-def _append_sql() -> str:
-    def cast(name: str) -> str:
-        # Without a length (varchar, not varchar(40)): a cast to varchar(40) would cut a longer value short
-        # where the column's own check refuses it.
-        return f"%s::{AuditEvent._meta.get_field(name).db_type(connection).split('(')[0]}"
-
-    t = table(AuditEvent)
-    link = """convert_to(h.hash || '","seq":' || (h.seq + 1) || '}', 'UTF8')"""
-    return (
-        f"INSERT INTO {t} (seq, chain, kind, execution_id, body, created_at, prev_hash, hash)"
-        f" SELECT h.seq + 1, %s::smallint, {cast('kind')}, {cast('execution_id')}, {cast('body')},"
-        f" {cast('created_at')}, h.hash, 'sha256:' || encode(sha256(%s::bytea || {link}), 'hex')"
-        f" FROM ((SELECT seq, hash FROM {t} WHERE chain = %s::smallint ORDER BY seq DESC LIMIT 1)"
-        " UNION ALL (SELECT 0, %s)) h ORDER BY h.seq DESC LIMIT 1"
-    )
+        heads[event.chain] = (event.seq, event.hash)
+    queries.append_links(events, heads)
 
 
 _batches = threading.local()
@@ -161,10 +107,8 @@ def audit_batch() -> Iterator[None]:
     """Appends inside this block are linked and written together when it ends, still inside the caller's
     transaction, in the order they were made (nested blocks join the outermost one). One action that
     appends several events (a preflight, its gap report, its grant) then takes the chain lock once, and
-    only for the write at its end (on PostgreSQL, with the COMMIT: `_append_on_server`) rather than from its
-    first append until commit. If a block raises, its appends are dropped with the work they record; if the
-    write fails, the action fails: the block raises, or, where the write went with the COMMIT, the COMMIT
-    does and the transaction rolls back.
+    only for the write at its end rather than from its first append until commit. If a block raises, its
+    appends are dropped with the work they record; if the write fails, the action fails.
 
     Inside a block, do not recover from an exception of a savepoint that appended: its events would still
     be written (wrap such a savepoint in a block of its own)."""

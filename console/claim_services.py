@@ -20,7 +20,7 @@ def claim_take(*, execution_id: Any, approver: AbstractBaseUser) -> models.Revie
     """Claim a held execution for `approver`; taking one's own claim again changes nothing. Refused (409)
     when another approver holds it, when it no longer waits, and for the call's own requester, who may not
     approve it either."""
-    execution = services._lock_execution(execution_id)  # serializes two approvers claiming at once
+    execution = services.lock_execution(execution_id)  # serializes two approvers claiming at once
     if execution.final_at is not None or execution.verdict not in models.HELD_VERDICTS:
         raise Conflict("decided", "this execution no longer waits for a decision")
     if execution.principal == identity(approver):
@@ -38,7 +38,7 @@ def claim_take(*, execution_id: Any, approver: AbstractBaseUser) -> models.Revie
 def claim_release(*, execution_id: Any, approver: AbstractBaseUser) -> None:
     """Release `approver`'s claim. Releasing what nobody holds changes nothing; another approver's claim is
     theirs to release (409)."""
-    execution = services._lock_execution(execution_id)
+    execution = services.lock_execution(execution_id)
     claim = models.ReviewClaim.objects.select_related("approver").filter(execution=execution).first()
     if claim is None:
         return

@@ -486,6 +486,16 @@ class AuditEvent(AppendOnly):
         constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="auditevent_chain_seq_unique")]
 
 
+class AuditChain(models.Model):
+    """The head of one audit chain: appends lock it (read in the statement that locks it, console/queries.py
+    `advance_head`), so two never link to the same head, and move it on. Its row exists from the chain's
+    first append on."""
+
+    chain = models.PositiveSmallIntegerField(primary_key=True)
+    seq = models.PositiveBigIntegerField(default=0)
+    hash = models.CharField(max_length=80)
+
+
 # ---- who is told that a decision waits, and for how long it may wait ---------------------------------
 
 

@@ -126,7 +126,7 @@ def hold_message(execution: models.Execution, record: models.PreflightRecord) ->
 def hold_notify(*, execution_id: Any) -> list[models.Notification]:
     """For an execution that now holds: start its deadline and write its notifications (once per target);
     each is sent after commit. Nothing for one that no longer holds or has no policy."""
-    execution = services._lock_execution(execution_id)
+    execution = services.lock_execution(execution_id)
     if execution.verdict != "hold" or execution.final_at is not None:
         return []
     latest = records.latest_record(execution)

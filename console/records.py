@@ -1,7 +1,7 @@
 """The ORM edge: engine values built from rows (contracts, rules, evidence) and the record answer built back.
 
-Nothing here writes but `insert_rows` and `update_row`, the services' fast INSERT and UPDATE. Engine objects
-that are costly to build and never change for a given digest (contracts, checklists) are cached per process.
+Nothing here writes. Engine objects that are costly to build and never change for a given digest (contracts,
+checklists) are cached per process.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from console import models
 from preflight import (
@@ -88,8 +88,6 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
             rows = None
         if rows is not None:
             return rows
-    if getattr(_writes, "queue", None):
-        return raw_reads((sql, params))[0]  # after the writes waiting, in their round trip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -103,94 +101,11 @@ def pipelines() -> bool:
 def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
     """The rows of several reads, in one round trip where the connection can pipeline (psycopg, binding
     parameters on the server): the server still runs them one after another, each with its own snapshot,
-    so a read after a locking one sees what the lock's previous holder committed. Inside `batched_writes`,
-    the writes waiting go first, in the same round trip."""
-    connection = _db()
-    queue: list[_Write] | None = getattr(_writes, "queue", None)
-    if not pipelines():  # then nothing waits, for the COMMIT or in a queue
+    so a read after a locking one sees what the lock's previous holder committed."""
+    if not pipelines() or len(reads) < 2:
         return [raw_rows(sql, params) for sql, params in reads]
-    # What waits for the COMMIT goes first, in this round trip rather than one of its own (console/pgbackend).
-    writes = [_Write(sql, params, None) for sql, params in connection.take_waiting()]
-    writes += queue or ()
-    if queue:
-        queue.clear()
-    if not reads and not writes:
-        return []
-    statements = [(w.sql, w.params) for w in writes] + list(reads)
-    with connection.pipelined(statements) as cursors:
-        for write, cursor in zip(writes, cursors, strict=False):
-            if write.done is not None:
-                write.done(cursor)
-        return [cursor.fetchall() for cursor in cursors[len(writes) :]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    sql: str
-    params: Sequence[Any]
-    # Given its cursor once it ran: reads back ids, checks the row count. None: the write needs no answer, and
-    # may wait for the COMMIT (`batched_writes`).
-    done: Callable[[Any], None] | None
-
-
-_writes = threading.local()
-
-
-@contextmanager
-def batched_writes() -> Iterator[None]:
-    """Inside this block, `insert_rows`, `update_row`, `insert_pending_lookups` and `write_now_or_later` wait
-    for the next statement whose answer is needed (a read, an INSERT whose ids are needed), and go to
-    PostgreSQL with it in one round trip, in the order they were made; what still waits at the end goes with
-    the COMMIT if none of it needs an answer (console/pgbackend), else then. Storing a preflight took seven
-    round trips and a COMMIT; with this it is one, with the COMMIT: its execution row, its record (whose id
-    was taken ahead, `next_id`), its gap rows, the next lookups or the grant, and the audit chain's lock and
-    links (console/audit.py).
-
-    Nothing but these helpers and `raw_rows`/`raw_reads` may touch the database inside the block: an ORM
-    query would run before the writes still waiting. An error of a waiting write is raised by the statement
-    it went with. Where the connection cannot pipeline (SQLite, client-side binding), writes go at once."""
-    if getattr(_writes, "queue", None) is not None or not pipelines():
-        yield  # the outer block sends them
-        return
-    queue: list[_Write] = []
-    _writes.queue = queue
-    try:
-        yield
-        # What still waits goes with the COMMIT if none of it needs an answer (console/pgbackend), else now.
-        wait = getattr(_db(), "wait_for_commit", None)
-        if not (
-            queue
-            and wait is not None
-            and all(w.done is None for w in queue)
-            and wait([(w.sql, w.params) for w in queue])
-        ):
-            raw_reads()
-    finally:
-        _writes.queue = None
-
-
-def _write(sql: str, params: Sequence[Any], done: Callable[[Any], None] | None, *, now: bool) -> None:
-    """Run this write, or queue it inside `batched_writes` (`now`: run the queue and it at once)."""
-    connection = _db()
-    queue: list[_Write] | None = getattr(_writes, "queue", None)
-    if queue is None:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            if done is not None:
-                done(cursor)
-        return
-    queue.append(_Write(sql, params, done))
-    if now:
-        raw_reads()
-
-
-def write_now_or_later(statements: Sequence[Read]) -> None:
-    """Writes that need no answer, in order, as `batched_writes` sends them: with the others waiting in an
-    outer block; else with the COMMIT where the connection lets them, or now, in one round trip where the
-    connection can pipeline, one after another where it cannot."""
-    with batched_writes():
-        for sql, params in statements:
-            _write(sql, params, None, now=False)
+    with _db().pipelined(reads) as cursors:
+        return [cursor.fetchall() for cursor in cursors]
 
 
 @contextmanager
@@ -249,185 +164,6 @@ def datetime_value(raw: Any) -> datetime | None:
     if isinstance(raw, datetime) and raw.tzinfo is None:
         raw = raw.replace(tzinfo=UTC)
     return raw
-
-
-_next_ids: dict[tuple[type[Any], str], str] = {}
-
-
-def next_id_read(model: type[Any]) -> Read | None:
-    """The read that takes the next value of a model's id sequence, where ids can be taken ahead (PostgreSQL
-    pipelining): made with the other reads of a preflight, it lets the record's INSERT, which then needs no
-    RETURNING, wait and go with its gap rows, lookups or grant and the audit chain's head (`batched_writes`):
-    one round trip less per stored preflight. None elsewhere: the INSERT returns the id."""
-    connection = _db()
-    if connection.vendor != "postgresql" or not pipelines():
-        return None
-    key = (model, connection.vendor)
-    sql = _next_ids.get(key)
-    if sql is None:
-        meta = model._meta
-        sql = _next_ids[key] = (
-            f"SELECT nextval(pg_get_serial_sequence('{meta.db_table}', '{meta.pk.column}'))"
-        )
-    return sql, ()
-
-
-def next_id(model: type[Any]) -> Any | None:
-    """A new id for a row of this model, taken from its sequence (see `next_id_read`); None where the INSERT
-    returns it instead."""
-    read = next_id_read(model)
-    return raw_rows(*read)[0][0] if read is not None else None
-
-
-_inserts: dict[tuple[type[Any], int, str, bool, bool], tuple[str, list[Any], Any]] = {}
-
-
-def insert_rows(objs: Sequence[Any], *, ids: bool = True) -> None:
-    """INSERT new model instances of one model in one statement, like `bulk_create` (no save(), no signals)
-    but with the SQL built once per model and row count instead of on every call: on the create path Django
-    spent more CPU compiling its four INSERTs than PostgreSQL spent running them (bench/api.py). Fills
-    auto_now fields and an auto primary key, and marks the instances as saved. For services to call only.
-
-    Several rows go to PostgreSQL as one array per column (UNNEST, as `bulk_create` does there): one
-    statement text for any number of rows, with as many parameters as columns, so psycopg prepares it once
-    (it keeps no parse of a statement with more than 50 parameters: a frontier of 10 lookups is 110).
-
-    `ids=False`: rows whose auto primary key nobody reads again (left None), which inside `batched_writes`
-    can wait for the next round trip; the others' INSERT goes at once, as their ids are needed, unless every
-    row has its id already (`next_id`)."""
-    connection = _db()
-    model = type(objs[0])
-    unnest = connection.vendor == "postgresql" and len(objs) > 1
-    given = all(obj.pk is not None for obj in objs)
-    key = (model, 0 if unnest else len(objs), connection.vendor, ids, given)
-    built = _inserts.get(key)
-    if built is None:
-        meta = model._meta
-        serial = meta.pk.get_internal_type().endswith("AutoField")
-        no_pk = meta.pk if serial and not given else None  # the database numbers the rows
-        auto_pk = no_pk if ids else None  # ... and says which
-        fields = [f for f in meta.concrete_fields if f is not no_pk]
-        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-        if unnest:
-            # Without a length (varchar[], not varchar(200)[]), as Django does: the column checks it. %b: the
-            # arrays go in binary, which spares psycopg quoting every element of a text array (a regex each;
-            # ~15% of the CPU of inserting a frontier of 10 lookups).
-            arrays = ", ".join(f"(%b)::{f.db_type(connection).split('(')[0]}[]" for f in fields)
-            values = f"SELECT * FROM UNNEST({arrays})"
-        else:
-            row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-            values = f"VALUES {', '.join([row] * len(objs))}"
-        sql = f"INSERT INTO {table(model)} ({columns}) {values}" + (
-            f" RETURNING {connection.ops.quote_name(auto_pk.column)}" if auto_pk is not None else ""
-        )
-        built = _inserts[key] = (sql, fields, auto_pk)
-    sql, fields, auto_pk = built
-    for obj in objs:
-        obj._prepare_related_fields_for_save(operation_name="insert_rows")  # FK ids from related instances
-    if unnest:
-        params = [[f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs] for f in fields]
-    else:
-        params = [f.get_db_prep_save(f.pre_save(obj, add=True), connection) for obj in objs for f in fields]
-
-    def saved(objs: Sequence[Any]) -> None:
-        for obj in objs:
-            obj._state.adding = False
-            obj._state.db = connection.alias
-
-    def done(cursor: Any) -> None:
-        # In the order of the rows, as bulk_create reads them (UNNEST inserts its arrays in order).
-        for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
-            setattr(obj, auto_pk.attname, pk)
-        saved(objs)
-
-    if auto_pk is not None:
-        _write(sql, params, done, now=True)
-    else:
-        # Nothing to read back: marked saved now, so the INSERT needs no answer (it may wait for the COMMIT).
-        # Should it fail, the transaction fails with it.
-        saved(objs)
-        _write(sql, params, None, now=False)
-
-
-# What a pending lookup row holds besides its execution and dispatch time: measure, lookup, args, args_digest,
-# key, task_key.
-PendingLookup = tuple[str, str, Mapping[str, Any], str, str, str]
-_PENDING_COLUMNS = ("measure", "lookup", "args", "args_digest", "key", "task_key")
-
-
-def insert_pending_lookups(execution: models.Execution, lookups: Sequence[PendingLookup]) -> None:
-    """INSERT a frontier's pending Observation rows: what `insert_rows` would, without model instances. On
-    PostgreSQL one statement, the columns as binary arrays and the execution and dispatch time once: building
-    ten instances and preparing their fields one by one was a quarter of the CPU of a POST that dispatches a
-    frontier of ten (bench/lookups.py), and every level of lookups dispatches the next one this way."""
-    connection = _db()
-    now = datetime.now(UTC)
-    if connection.vendor != "postgresql":
-        fields = [dict(zip(_PENDING_COLUMNS, row, strict=True)) for row in lookups]
-        for f in fields:
-            f["args"] = dict(f["args"])  # a mapping, maybe not a dict
-        insert_rows([models.Observation(execution=execution, **f, dispatched_at=now) for f in fields])
-        return
-    meta = models.Observation._meta
-    execution_id = meta.get_field("execution").get_db_prep_save(execution.pk, connection)
-    dispatched_at = meta.get_field("dispatched_at").get_db_prep_save(now, connection)
-    columns: list[list[Any]] = [[], [], [], [], [], []]
-    for measure, lookup, args, args_digest, key, task_key in lookups:
-        columns[0].append(measure)
-        columns[1].append(lookup)
-        columns[2].append(connection.ops.adapt_json_value(dict(args), None))
-        columns[3].append(args_digest)
-        columns[4].append(key)
-        columns[5].append(task_key)
-    _write(_pending_lookups_sql(), [execution_id, dispatched_at, *columns], None, now=False)
-
-
-@per_vendor
-def _pending_lookups_sql() -> str:
-    quote = connection.ops.quote_name
-    names = ", ".join(quote(name) for name in _PENDING_COLUMNS)
-    return (
-        f"INSERT INTO {table(models.Observation)} (execution_id, dispatched_at, {names})"
-        " SELECT %b::uuid, %b::timestamptz, u.* FROM UNNEST("
-        "(%b)::varchar[], (%b)::varchar[], (%b)::jsonb[], (%b)::varchar[], (%b)::varchar[], (%b)::varchar[])"
-        " AS u"
-    )
-
-
-_updates: dict[tuple[type[Any], tuple[str, ...], str], tuple[str, list[Any], Any]] = {}
-
-
-def update_row(obj: Any, field_names: Sequence[str], *, held: bool = False) -> None:
-    """UPDATE these fields of one saved instance, like `save(update_fields=...)` (no save(), no signals) but
-    with the SQL built once per model and field list: on a re-preflight the ORM spent more CPU compiling the
-    execution's UPDATE than PostgreSQL spent running it. Fills auto_now fields. For services to call only.
-
-    `held`: the transaction holds the row (locked, or inserted by it), so it is there to update, and the
-    UPDATE needs no answer (inside `batched_writes` it may wait for the COMMIT); otherwise the row count is
-    checked, as save() checks it."""
-    connection = _db()
-    model = type(obj)
-    key = (model, tuple(field_names), connection.vendor)
-    built = _updates.get(key)
-    if built is None:
-        meta = model._meta
-        fields = [meta.get_field(name) for name in field_names]
-        quote = connection.ops.quote_name
-        sql = (
-            f"UPDATE {table(model)} SET {', '.join(f'{quote(f.column)} = %s' for f in fields)}"
-            f" WHERE {quote(meta.pk.column)} = %s"
-        )
-        built = _updates[key] = (sql, fields, meta.pk)
-    sql, fields, pk = built
-    params = [f.get_db_prep_save(f.pre_save(obj, add=False), connection) for f in fields]
-    params.append(pk.get_db_prep_value(obj.pk, connection))
-
-    def done(cursor: Any) -> None:
-        if cursor.rowcount != 1:
-            # What save(update_fields=...) says of a row that is gone.
-            raise DatabaseError("Save with update_fields did not affect any rows.")
-
-    _write(sql, params, None if held else done, now=False)
 
 
 def rules_read() -> Read:

@@ -101,7 +101,7 @@ def execution_approve(
 def _execution_approve(
     *, execution_id: Any, payload_digest_seen: str, approver: AbstractBaseUser
 ) -> models.PreflightRecord:
-    execution = services._lock_execution(execution_id)
+    execution = services.lock_execution(execution_id)
     if execution.final_at is not None:
         raise execution.final_conflict()
     if execution.principal == identity(approver):
@@ -139,7 +139,7 @@ def execution_reject(*, execution_id: Any, reason: str, reviewer: AbstractBaseUs
     reason = reason.strip()
     if not reason:
         raise BadInput("invalid", "reason: say why the execution is rejected")
-    execution = services._lock_execution(execution_id)
+    execution = services.lock_execution(execution_id)
     if execution.rejected_at is not None:
         raise Conflict("already_rejected", "this execution was already rejected")
     if execution.expired_at is not None:
@@ -176,7 +176,7 @@ def execution_expire(*, execution_id: Any, now: datetime | None = None) -> bool:
     """Expire a hold whose deadline passed with no decision: recorded as a `block` naming the deadline, as
     final as a rejection (no later answer, lookup or approval changes it). False when it is not due."""
     now = now or timezone.now()
-    execution = services._lock_execution(execution_id)
+    execution = services.lock_execution(execution_id)
     if (
         execution.expires_at is None
         or execution.expires_at > now

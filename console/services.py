@@ -25,11 +25,12 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Case, Exists, F, OuterRef, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 from kombu.utils.functional import retry_over_time
 
-from console import connectors, egress, json_values, models, records
+from console import connectors, egress, json_values, models, queries, records
 from console.audit import audit_append, audit_batch
 from console.effect_locks import effect_lock
 from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, Unprocessable
@@ -71,7 +72,8 @@ def _now() -> datetime:
     return timezone.now()
 
 
-def _lock_execution(execution_id: Any) -> models.Execution:
+def lock_execution(execution_id: Any) -> models.Execution:
+    """The execution, its row locked until commit: the one way an action takes it."""
     try:
         return (
             # Only the execution row (its contract is shared by every execution of the tool), and NO KEY:
@@ -597,22 +599,14 @@ def _tries(counts: tuple[int, int, int]) -> int:
 
 def _expire_lost_lookups(execution: models.Execution, now: datetime) -> None:
     # A lookup whose task vanished (worker and broker both lost it) must not keep the execution waiting.
-    # Plain SQL, built once: the ORM spent more CPU building this UPDATE than PostgreSQL spent running it.
     cutoff = now - timedelta(seconds=settings.PREFLIGHT_LOOKUP_LOST_AFTER_S)
-    field = models.Observation._meta.get_field("observed_at")
-    at = field.get_db_prep_value(now, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _expire_sql(),
-            [
-                "the lookup was lost (no result within the time limit)",
-                at,
-                at,  # retry_after, for now: `_back_off_lost_lookups` sets when
-                _execution_pk(execution.pk),
-                field.get_db_prep_value(cutoff, connection),
-            ],
-        )
-        lost = cursor.rowcount
+    lost = models.Observation.objects.filter(
+        execution=execution, observed_at__isnull=True, dispatched_at__lt=cutoff, unsent__isnull=True
+    ).update(
+        error="the lookup was lost (no result within the time limit)",
+        observed_at=now,
+        retry_after=now,  # for now: `_back_off_lost_lookups` sets when
+    )
     if lost:
         _back_off_lost_lookups(execution, now)
 
@@ -652,14 +646,6 @@ def infra_retry_due(*, execution_id: Any | None = None, now: datetime | None = N
     return list(due.values_list("execution_id", flat=True).distinct())
 
 
-@records.per_vendor
-def _expire_sql() -> str:
-    return (
-        f"UPDATE {records.table(models.Observation)} SET error = %s, observed_at = %s, retry_after = %s"
-        " WHERE execution_id = %s AND observed_at IS NULL AND dispatched_at < %s AND unsent IS NULL"
-    )
-
-
 def _preflight_and_record(
     execution: models.Execution,
     *,
@@ -696,9 +682,6 @@ def _preflight_reads(
     reads = [records.rules_read(), *_presets_reads(principal, request)]
     if rows is None:
         reads.insert(0, _contract_read(request))
-    next_id = records.next_id_read(models.PreflightRecord)  # the record's id, taken ahead
-    if next_id is not None:
-        reads.append(next_id)
     if not fresh:
         execution = models.Execution(pk=execution_id)
         reads += [records.evidence_read(execution), _lookup_counts_read(execution)]
@@ -719,9 +702,7 @@ def _call_summary(record: Record, contract: models.ToolContract | None, data: Ma
     return summarize(template, record.tool, record.principal, data["slots"])
 
 
-# The preflight, its gap report and its grant go into the audit chain in one write, at the end; the rows that
-# need no answer wait for the chain's lock and head, to go in that round trip.
-@records.batched_writes()
+# The preflight, its gap report and its grant go into the audit chain in one write, at the end.
 @audit_batch()
 def _store_record(
     execution: models.Execution,
@@ -742,19 +723,16 @@ def _store_record(
     execution.routes, execution.gap_classes, execution.unknown_count = models.record_summary(data)
     execution.summary = _call_summary(record, contract, data)
     if execution._state.adding:
-        # What Execution.save() does on insert, then the INSERT without the ORM's per-call SQL building.
+        # bulk_create: its id is made here, so no RETURNING, and less CPU than save(), whose only addition on
+        # insert is the conversation key.
         execution.conversation_key = execution.conversation_key or models.conversation_key(
             execution.principal, execution.request
         )
-        records.insert_rows([execution])
-    elif execution.final_at is not None:
-        execution.save(update_fields=_RECORD_FIELDS)  # which refuses: a reviewer's no, or expiry, is final
+        models.Execution.objects.bulk_create([execution])
     else:
-        # Without the ORM's per-call SQL building; Execution.save() adds nothing else to an UPDATE. Every
-        # caller holds the execution's row lock.
-        records.update_row(execution, _RECORD_FIELDS, held=True)
+        # Refused if final (a reviewer's no, or expiry). Every caller holds the execution's row lock.
+        execution.save(update_fields=_RECORD_FIELDS)
     stored = models.PreflightRecord(
-        id=records.next_id(models.PreflightRecord),  # taken ahead, the INSERT can wait (`batched_writes`)
         execution=execution,
         seq=seq,
         contract=contract,
@@ -768,23 +746,20 @@ def _store_record(
         gap_classes=execution.gap_classes,
         unknown_count=execution.unknown_count,
     )
-    # Not PreflightRecord.save(), which would UPDATE the execution's summary a second time.
-    records.insert_rows([stored])
+    # bulk_create, not PreflightRecord.save(), which would UPDATE the execution's summary a second time.
+    models.PreflightRecord.objects.bulk_create([stored])
     if record.gaps:
-        records.insert_rows(
-            ids=False,
-            objs=[
-                models.GapRow(
-                    execution=execution,
-                    record=stored,
-                    cls=g.cls,
-                    server=record.server,
-                    tool=record.tool,
-                    slot=g.slot,
-                    detail=g.detail,
-                )
-                for g in record.gaps
-            ],
+        models.GapRow.objects.bulk_create(
+            models.GapRow(
+                execution=execution,
+                record=stored,
+                cls=g.cls,
+                server=record.server,
+                tool=record.tool,
+                slot=g.slot,
+                detail=g.detail,
+            )
+            for g in record.gaps
         )
     audit_append(
         kind="preflight",
@@ -811,7 +786,7 @@ def _store_record(
         )
     grant = None
     if record.verdict == "execute":
-        grant = _issue_grant(execution, stored, ids=False)
+        grant = _issue_grant(execution, stored)
     elif record.verdict == "measure":
         _dispatch_lookups(execution, record)
     elif record.verdict == "deferred" and execution.timing_at is not None:
@@ -856,7 +831,20 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         if not seen.get(m.key, (0, 0, 0))[1]  # one is running already: its group's last task preflights again
     ]
     if rows:
-        records.insert_pending_lookups(execution, rows)  # one statement for the frontier
+        now = _now()
+        models.Observation.objects.bulk_create(  # one statement for the frontier
+            models.Observation(
+                execution=execution,
+                measure=measure,
+                lookup=lookup,
+                args=dict(args),
+                args_digest=args_digest,
+                key=key,
+                task_key=task_key,
+                dispatched_at=now,
+            )
+            for measure, lookup, args, args_digest, key, task_key in rows
+        )
         transaction.on_commit(partial(_lookups_after_commit, execution, [row[4] for row in rows]))
 
 
@@ -980,7 +968,7 @@ def _execution_answer(
     actor: str,
     remember: Sequence[str] = (),
 ) -> models.PreflightRecord | InvalidAnswer:
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran; submit a new one")
     for key in answers:
@@ -1125,7 +1113,7 @@ def _preset_put(execution: models.Execution, tool: str, key: str, value: Any, wh
 def execution_repreflight(*, execution_id: Any, trigger: str) -> models.PreflightRecord:
     """Preflight again from everything recorded so far. Never reuses an earlier verdict. An execution that
     already ran is left alone: a fresh `execute` would mint a second grant for a call that happened."""
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     if _has_run(execution):
         return records.latest_record(execution)
     return _preflight_and_record(execution, trigger=trigger)
@@ -1140,115 +1128,35 @@ class LookupResult:
 
 
 def observations_fill(*, results: Sequence[LookupResult]) -> int:
-    """Record lookups' results; returns how many were recorded. Conditional, so of two deliveries of one
-    task only the first counts.
-
-    One statement for them all (PostgreSQL), atomic as it is: not wrapped in a transaction, whose BEGIN and
-    COMMIT were two more round trips, each a wait for the GIL again among the worker's threads. Inside a
-    caller's transaction it is part of that one."""
+    """Record lookups' results in one UPDATE; returns how many were recorded. Conditional, so of two
+    deliveries of one task only the first counts. Not wrapped in a transaction of its own (its BEGIN and
+    COMMIT were two more round trips); inside a caller's transaction it is part of that one."""
     if not results:
         return 0
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # Plain SQL, built once: the ORM spent more CPU building an UPDATE than PostgreSQL running it.
-            cursor.execute(_fill_sql(), _fill_params(results))
-            return cursor.rowcount
-        filled = 0
-        for pk, *values in _fill_rows(results):
-            cursor.execute(_fill_one_sql(), [*values, pk])
-            filled += cursor.rowcount
-        return filled
-
-
-def _fill_rows(results: Sequence[LookupResult]) -> list[tuple[Any, Any, str | None, Any]]:
+    if records.pipelines():
+        return len(records.raw_rows(*_fill_read(results)))
     meta = models.Observation._meta
-    value, observed_at = meta.get_field("value"), meta.get_field("observed_at")
-    return [
-        (
-            r.observation_id,
-            value.get_db_prep_save(None if r.error else r.value, connection),
-            r.error,
-            observed_at.get_db_prep_save(r.observed_at, connection),
-        )
-        for r in results
-    ]
 
+    def each(name: str, values: Sequence[Any]) -> Case:
+        field = meta.get_field(name)
+        pairs = zip(results, values, strict=True)
+        # Cast: a branch of NULLs only is untyped for PostgreSQL (text), which a jsonb column refuses.
+        whens = [When(pk=r.observation_id, then=Cast(Value(v, output_field=field), field)) for r, v in pairs]
+        return Case(*whens, output_field=field)
 
-def _fill_params(results: Sequence[LookupResult]) -> list[list[Any]]:
-    return [list(column) for column in zip(*_fill_rows(results), strict=True)]
+    return models.Observation.objects.filter(
+        pk__in=[r.observation_id for r in results], observed_at__isnull=True
+    ).update(
+        value=each("value", [None if r.error else r.value for r in results]),
+        error=each("error", [r.error for r in results]),
+        observed_at=each("observed_at", [r.observed_at for r in results]),
+    )
 
 
 def _fill_read(results: Sequence[LookupResult]) -> records.Read:
-    """`observations_fill` as a read: the ids it filled (PostgreSQL)."""
-    return _fill_sql() + " RETURNING o.id", _fill_params(results)
-
-
-@records.per_vendor
-def _fill_sql() -> str:
-    obs = records.table(models.Observation)
-    return (
-        f"UPDATE {obs} o SET value = r.value, error = r.error, observed_at = r.observed_at"
-        # Binary arrays: no quoting of each element (see `records.insert_rows`).
-        " FROM UNNEST((%b)::bigint[], (%b)::jsonb[], (%b)::text[], (%b)::timestamptz[])"
-        " AS r(id, value, error, observed_at) WHERE o.id = r.id AND o.observed_at IS NULL"
+    return queries.fill_read(
+        [(r.observation_id, None if r.error else r.value, r.error, r.observed_at) for r in results]
     )
-
-
-@records.per_vendor
-def _fill_one_sql() -> str:
-    return (
-        f"UPDATE {records.table(models.Observation)} SET value = %s, error = %s, observed_at = %s"
-        " WHERE id = %s AND observed_at IS NULL"
-    )
-
-
-_Rows = list[tuple[Any, ...]]
-
-
-def _lock_execution_row(
-    execution_id: Any, *, then: Sequence[records.Read] = (), also: Sequence[records.Read] = ()
-) -> tuple[models.Execution | None, bool, bool, list[_Rows], list[_Rows]]:
-    """The execution, locked as `_lock_execution` locks it; then, once the lock is held, the statements `then`
-    (a fill), whether any of its lookups is pending, whether it has run and what the reads `also` return; all
-    in one round trip, in plain SQL built once (the ORM spent ~1 ms of CPU building the locked read), on the
-    path between two levels of lookups. Without its contract: a preflight sets the contract it chose."""
-    sql, names, converters = _lock_row_sql()
-    try:
-        pk = _execution_pk(execution_id)
-    except (ValidationError, ValueError):
-        return None, False, False, [], []
-    rows, *answers = records.raw_reads(
-        (sql, [pk]), *then, (_pending_sql(), [pk]), (_has_run_sql(), [pk]), *also
-    )
-    n = len(then)
-    done, (pending, ran), read = answers[:n], answers[n : n + 2], answers[n + 2 :]
-    if not rows:
-        return None, False, False, done, []
-    values = []
-    for value, (col, convert) in zip(rows[0], converters, strict=True):
-        for fn in convert:
-            value = fn(value, col, connection)
-        values.append(value)
-    return models.Execution.from_db(connection.alias, names, values), bool(pending), bool(ran), done, read
-
-
-@records.per_vendor
-def _lock_row_sql() -> tuple[str, list[str], list[tuple[Any, list[Any]]]]:
-    meta = models.Execution._meta
-    fields = list(meta.concrete_fields)
-    # FOR NO KEY UPDATE: see `_lock_execution`. SQLite has no row locks (it has one writer at a time).
-    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
-    sql = (
-        f"SELECT {', '.join(connection.ops.quote_name(f.column) for f in fields)}"
-        f" FROM {records.table(models.Execution)} WHERE {connection.ops.quote_name(meta.pk.column)} = %s"
-        + lock
-    )
-    # The conversions the ORM applies to each column it reads (JSON text, SQLite's UUIDs and timestamps).
-    converters = []
-    for f in fields:
-        col = f.get_col(meta.db_table)
-        converters.append((col, connection.ops.get_db_converters(col) + f.get_db_converters(connection)))
-    return sql, [f.attname for f in fields], converters
 
 
 @records.per_vendor
@@ -1265,7 +1173,6 @@ def lookups_settled(
     execution_id: Any,
     filled: bool = False,
     results: Sequence[LookupResult] = (),
-    known: tuple[str, Mapping[str, Any]] | None = None,
 ) -> models.PreflightRecord | None:
     """A lookup task is done: record its last `results`, and preflight again if none of the execution's
     lookups is pending any more and the latest record waits on lookups. `filled`: the task recorded results
@@ -1279,32 +1186,34 @@ def lookups_settled(
     after the last finds the next group pending, or the record no longer `measure`, and changes nothing.
     (Each task used to fill on its own and look without the lock first, one round trip and one commit more
     between two levels; a fill under the lock in one task and a look without it in another could each miss
-    the other's, so every task takes the lock.) On SQLite, which has one writer at a time, the results are
-    recorded first, in the same transaction.
+    the other's, so every task takes the lock.)
 
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
-    `execute` would mint a new grant and void the one the agent holds.
-
-    `known`: the execution's principal and request as the caller read them earlier (neither ever changes), so
-    that what the preflight reads goes with the lock, in its round trip (one round trip less between two
-    levels of lookups)."""
-    then: list[records.Read] = []
+    `execute` would mint a new grant and void the one the agent holds."""
+    try:
+        execution = lock_execution(execution_id)
+    except NotFound:
+        return None
+    fill = []
     if results and records.pipelines():
-        then = [_fill_read(results)]
+        fill = [_fill_read(results)]
     elif results:
         filled = observations_fill(results=results) > 0 or filled
-    reads = _preflight_reads(execution_id, *known) if known is not None else []
-    execution, pending, ran, done, read = _lock_execution_row(execution_id, then=then, also=reads)
-    filled = filled or any(done)
-    if execution is None:
-        return None
+    # The fill, the looks and what a preflight would read, in one round trip (in this order: each statement
+    # sees those before it).
+    pk = [_execution_pk(execution.pk)]
+    reads = _preflight_reads(execution.pk, execution.principal, execution.request)
+    answers = records.raw_reads(*fill, (_pending_sql(), pk), (_has_run_sql(), pk), *reads)
+    n = len(fill)
+    filled = filled or any(answers[:n])
+    pending, ran = answers[n : n + 2]
     if pending:
         return None  # another task of the group is still to record, or a newer group was dispatched
     if execution.verdict != "measure" and not (filled and _may_wait_on_lookups(execution)):
         return None
     if ran:
         return None  # a fresh `execute` would mint a second grant for a call that happened
-    with records.prefetched(*reads, rows=read):
+    with records.prefetched(*reads, rows=answers[n + 2 :]):
         return _preflight_and_record(execution, trigger="lookups", none_pending=True)
 
 
@@ -1326,7 +1235,7 @@ def lookups_unsent(*, execution_id: Any, keys: Sequence[str], reason: str) -> in
     """The broker refused the frontier: its lookups stay pending, marked as waiting to be sent, and the
     execution stays `measure` (waiting) until the sweep sends them (`lookups_sent`). A broker outage is
     ours, not the provider's: it never becomes a hold. Returns how many were newly marked."""
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     marked = models.Observation.objects.filter(
         execution=execution, key__in=keys, observed_at__isnull=True, unsent__isnull=True
     ).update(unsent=reason)
@@ -1343,7 +1252,7 @@ def lookups_unsent(*, execution_id: Any, keys: Sequence[str], reason: str) -> in
 @audit_batch()
 def lookups_sent(*, execution_id: Any, keys: Sequence[str]) -> int:
     """Lookups that waited for the broker were handed to it now; their time limit counts from now."""
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     # Not only the pending ones: in-process tasks (embedded mode) have recorded theirs already.
     sent = models.Observation.objects.filter(execution=execution, key__in=keys, unsent__isnull=False).update(
         unsent=None, dispatched_at=_now()
@@ -1360,7 +1269,7 @@ def approval_create(
 ) -> models.Approval:
     """A person's yes to the value of one slot as they saw it (by digest). Approvers cannot approve their own
     request, and an approval of a value that has since changed is refused rather than moved to the new one."""
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     if execution.principal == f"user:{approver.get_username()}":
         raise Conflict("own_request", "an approver cannot approve an execution they requested")
     if _has_run(execution):
@@ -1403,10 +1312,7 @@ def _fresh_until(record: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(raw) if isinstance(raw, str) else None
 
 
-def _issue_grant(
-    execution: models.Execution, stored: models.PreflightRecord, *, ids: bool = True
-) -> models.Grant:
-    """`ids=False`: nobody reads the grant's own id (left None), so its INSERT may wait (`batched_writes`)."""
+def _issue_grant(execution: models.Execution, stored: models.PreflightRecord) -> models.Grant:
     record = stored.record
     _, claims = signer().issue(
         execution_id=str(execution.pk),
@@ -1428,8 +1334,7 @@ def _issue_grant(
         claims=asdict(claims),
         expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
     )
-    # What create() would write (Grant has no save() of its own), without building the INSERT on every call.
-    records.insert_rows([grant], ids=ids)
+    grant.save(force_insert=True)
     audit_append(
         kind="grant",
         execution_id=execution.pk,
@@ -1450,7 +1355,7 @@ def grant_issue(*, execution_id: Any) -> models.Grant | None:
     """A grant for the latest record, which must say `execute`. Preflights issue one themselves; this is for
     a caller whose grant expired unused and whose record still stands. A record whose observations have gone
     stale no longer stands: it is preflighted again (its lookups run again) and None is returned."""
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     latest = records.latest_record(execution)
     if latest.verdict != "execute":
         raise Conflict("not_executable", f"the latest verdict is {latest.verdict}, not execute")
@@ -1508,7 +1413,7 @@ def execution_run(
 @transaction.atomic
 def _record_busy(*, execution_id: Any, detail: str, actor: str) -> None:
     # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     models.Outcome.objects.create(execution=execution, status="denied", detail=f"effect_busy: {detail}")
     audit_append(
         kind="outcome",
@@ -1579,7 +1484,7 @@ def _gate_claim(
 ) -> _Claim | _Refusal:
     # The execution row lock serializes every attempt on one execution; the conditional UPDATE below is
     # what makes a nonce single-use even without it.
-    execution = _lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     now = _now()
     grant: models.Grant | None = None
 
@@ -1885,7 +1790,7 @@ def _gate_recheck(
 def _record_outcome(
     *, execution_id: Any, grant_id: int, status: str, result: Any, detail: str, actor: str
 ) -> RunOutcome:
-    _lock_execution(execution_id)  # the execution lock before the audit lock, as everywhere
+    lock_execution(execution_id)  # the execution lock before the audit lock, as everywhere
     # Once per run: a retry after a COMMIT whose answer was lost, or the sweep, finds it recorded.
     first = models.Outcome.objects.filter(grant_id=grant_id, status__in=_RUN_OUTCOMES).first()
     if first is not None:

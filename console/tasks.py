@@ -37,7 +37,8 @@ from redis.exceptions import RedisError
 
 from console import connectors, models, notifications, review_services, services
 from console.audit import audit_anchor
-from console.records import json_value, per_vendor, raw_reads, table
+from console.errors import NotFound
+from console.records import json_value, raw_rows, table
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
     """Run the pending lookups of these keys and record their results as they come, the last of them with
     the settle, which preflights again if none of the execution's is pending any more. A key found done
     already is a redelivered copy's: that lookup is not run again (a copy may still owe the preflight)."""
-    lookups, known = _pending_lookups(execution_id, keys)
+    lookups = _pending_lookups(execution_id, keys)
     # All started first (an HTTP lookup on the process's HTTP loop, any other in a thread of its own), then
     # collected: results are recorded from this thread, whose database connection is kept across tasks, and
     # all that came in meanwhile in one statement. The answers of a frontier come close together; one
@@ -189,9 +190,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
         last = [(lookup, (None, error, timezone.now())) for lookup, _ in running]
-    services.lookups_settled(
-        execution_id=execution_id, filled=filled > 0, results=_results(last), known=known
-    )
+    services.lookups_settled(execution_id=execution_id, filled=filled > 0, results=_results(last))
 
 
 def _results(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> list[services.LookupResult]:
@@ -209,29 +208,17 @@ class _Lookup:
     measure: dict[str, Any] | None  # the connector spec of the Measure it runs; None if none is registered
 
 
-def _pending_lookups(
-    execution_id: str, keys: Sequence[str]
-) -> tuple[list[_Lookup], tuple[str, dict[str, Any]] | None]:
+def _pending_lookups(execution_id: str, keys: Sequence[str]) -> list[_Lookup]:
     """The pending observation of each key (the first, if a key has several) and the measure it runs, in one
     plain query: everything a lookup does before its call sits between the lookups of a frontier starting
     (they share the worker's GIL), and the ORM spent more CPU building these small queries than PostgreSQL
-    spent running them. Also, in the same round trip, the execution's principal and request, which never
-    change, for the settle to read what its preflight needs with its lock (`services.lookups_settled`); only
-    if this task holds every pending lookup of the execution, and so is likely to be the one that preflights:
-    the settles of the other tasks of a group find a lookup pending and stop, and reading the preflight's
-    evidence under the lock for nothing made ten tasks of one lookup each cost the worker twice the CPU."""
+    spent running them."""
     if not keys:
-        return [], None
+        return []
     pk = models.Execution._meta.pk
     assert pk is not None
     execution_pk = pk.get_db_prep_value(uuid.UUID(execution_id), connection)
-    pending, execution = raw_reads(
-        (_pending_sql(connection.vendor, len(keys)), [execution_pk, *keys]),
-        (_execution_sql(), [execution_pk]),
-    )
-    known = None
-    if execution and execution[0][2] == len(pending):  # every pending lookup of the execution is one of ours
-        known = (execution[0][0], json_value(execution[0][1]))
+    pending = raw_rows(_pending_sql(connection.vendor, len(keys)), [execution_pk, *keys])
     found: dict[str, _Lookup] = {}
     for obs_id, key, name, args, m_name, kind, url, timeout_s, config in pending:
         if key in found:
@@ -246,16 +233,7 @@ def _pending_lookups(
                 "config": json_value(config),
             }
         found[key] = _Lookup(obs_id, name, json_value(args), spec)
-    return [found[key] for key in dict.fromkeys(keys) if key in found], known
-
-
-@per_vendor
-def _execution_sql() -> str:
-    pending = (
-        f"SELECT count(*) FROM {table(models.Observation)} o"
-        " WHERE o.execution_id = e.id AND o.observed_at IS NULL"
-    )
-    return f"SELECT principal, request, ({pending}) FROM {table(models.Execution)} e WHERE id = %s"
+    return [found[key] for key in dict.fromkeys(keys) if key in found]
 
 
 @functools.cache
@@ -303,12 +281,10 @@ def execution_trigger(execution_id: str) -> None:
 
 
 def _lock(execution_id: Any) -> models.Execution | None:
-    return (
-        models.Execution.objects.select_for_update(of=("self",), no_key=True)
-        .only("verdict", "timing_at", "records")
-        .filter(pk=execution_id)
-        .first()
-    )
+    try:
+        return services.lock_execution(execution_id)
+    except NotFound:
+        return None
 
 
 def _trigger_if_due(execution_id: Any, now: datetime | None = None) -> datetime | None:

@@ -267,5 +267,9 @@ def lookup_in_flight() -> Scenario:
 def run_lookup_in_flight(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
     """Through a gateway whose lookups go to an in-memory queue no worker reads: the call waits, then says
     the lookups are still running, and the execution stays at `measure`."""
-    queued = {**(env if env is not None else os.environ), "PREFLIGHT_EAGER_TASKS": "0", "REDIS_URL": "memory://"}
+    queued = {
+        **(env if env is not None else os.environ),
+        "PREFLIGHT_EAGER_TASKS": "0",
+        "REDIS_URL": "memory://",
+    }
     anyio.run(_drive, gateway_params(queued), [lookup_in_flight()], report, "legacy")

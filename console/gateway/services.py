@@ -173,7 +173,7 @@ def gateway_read_only_pass(
 @transaction.atomic
 def gateway_decline(*, execution_id: Any, action: str, asked: list[str], principal: str, actor: str) -> None:
     """The user declined or cancelled an elicitation: recorded, and the call ends with nothing executed."""
-    execution = services._lock_execution(execution_id)
+    execution = services.lock_execution(execution_id)
     audit_append(
         kind="elicitation_" + ("declined" if action == "decline" else "cancelled"),
         execution_id=execution.pk,
@@ -184,7 +184,7 @@ def gateway_decline(*, execution_id: Any, action: str, asked: list[str], princip
 @transaction.atomic
 def gateway_confirm(*, execution_id: Any, payload: Any, principal: str, actor: str) -> None:
     """The user's yes to the call (a trusted `destructiveHint`), bound to the payload it was shown."""
-    execution = services._lock_execution(execution_id)
+    execution = services.lock_execution(execution_id)
     latest = records.latest_record(execution)
     audit_append(
         kind="action_confirmed",

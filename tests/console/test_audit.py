@@ -146,7 +146,6 @@ def test_when_the_audit_write_fails_the_action_is_not_recorded(
 
 
 def test_every_link_hash_is_the_digest_of_the_links_canonical_json() -> None:
-    # On PostgreSQL the database finishes each link under the chain's lock; the format is the same.
     execution_id = uuid.uuid4()
     with transaction.atomic(), audit_batch():
         audit_append(kind="first", execution_id=None, body={"n": 1.5, "text": 'Grüße \u2028 "quoted"'})
@@ -220,26 +219,8 @@ def test_appends_from_many_connections_at_once_make_one_unbroken_chain(transacti
 def test_an_event_kind_longer_than_its_column_fails_its_action_rather_than_being_cut_short() -> None:
     with pytest.raises(DatabaseError), transaction.atomic(), audit_batch():
         audit_append(kind="k" * 41, execution_id=None, body={})
-        models.AuditEvent.objects.count()  # a statement in the transaction: what waited goes first
 
     assert not models.AuditEvent.objects.exists()
-
-
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pipelined append is PostgreSQL's")
-def test_without_pipelining_appends_go_one_statement_after_another_and_link_the_same(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(
-        connection.settings_dict, "OPTIONS", {}
-    )  # as with PREFLIGHT_DB_PREPARED_STATEMENTS=false
-    with transaction.atomic():
-        with audit_batch():
-            audit_append(kind="first", execution_id=None, body={"n": 1})
-            audit_append(kind="second", execution_id=None, body={"n": 2})
-        assert connection.take_waiting() == []  # written at the block's end, nothing left for the COMMIT
-        assert models.AuditEvent.objects.count() == 2
-
-    assert "audit chain ok" in verify()
 
 
 # ---- several chains (settings.PREFLIGHT_AUDIT_CHAINS) ------------------------------------------------

@@ -349,24 +349,3 @@ def test_each_task_of_a_group_records_its_last_results_under_the_lock_and_only_t
 
     assert models.Execution.objects.get(pk=execution_id).verdict == "execute"
     assert records.count() == 2
-
-
-@pytest.mark.django_db
-def test_only_a_task_holding_every_pending_lookup_hands_the_settle_the_executions_request(
-    downstream: Downstream, quick_agent: Agent, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # With it the settle reads the preflight's evidence with its lock; a task that will find another lookup
-    # pending would read it for nothing.
-    execution_id, keys = undispatched_survey(quick_agent, monkeypatch, Ledgers())
-    handed: list[Any] = []
-    settle = services.lookups_settled
-    monkeypatch.setattr(
-        services, "lookups_settled", lambda **kwargs: handed.append(kwargs["known"]) or settle(**kwargs)
-    )
-
-    tasks.measure_batch(execution_id, keys[:2])  # the third is still pending
-    tasks.measure_run(execution_id, keys[2])
-
-    execution = models.Execution.objects.get(pk=execution_id)
-    assert handed == [None, (execution.principal, execution.request)]
-    assert execution.verdict == "execute"

@@ -1,33 +1,26 @@
-"""The plain-SQL helpers of console/records.py: `insert_rows` stores what the ORM would, `raw_reads` reads
-what `raw_rows` would, and on PostgreSQL a read pipelined after a lock sees the previous holder's commit."""
+"""The plain-SQL reads of console/records.py: `raw_reads` reads what `raw_rows` would, and on PostgreSQL a
+read pipelined after a lock sees the previous holder's commit."""
 
 from __future__ import annotations
 
 import threading
 import time
-import uuid
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import (
-    DatabaseError,
     DataError,
-    IntegrityError,
     OperationalError,
     connection,
     connections,
     transaction,
 )
-from django.test.utils import CaptureQueriesContext
 
 from console import models, records
 
-on_postgresql = pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="pipelines and UNNEST inserts are PostgreSQL's"
-)
+on_postgresql = pytest.mark.skipif(connection.vendor != "postgresql", reason="pipelines are PostgreSQL's")
 
 LOCK_KEY = 7_341_905  # an advisory lock no code of the project takes
 
@@ -67,67 +60,6 @@ def varied_rows(execution: models.Execution, first: int, count: int) -> list[mod
     return [observation(execution, n, **kinds[n % len(kinds)]) for n in range(first, first + count)]
 
 
-@pytest.mark.parametrize("count", [1, 4])
-def test_insert_rows_stores_every_column_as_the_orm_reads_it_back_under_each_instances_own_id(
-    execution: models.Execution, count: int
-) -> None:
-    rows = varied_rows(execution, 0, count)
-
-    records.insert_rows(rows)
-
-    assert len({row.pk for row in rows}) == count
-    for row in rows:
-        assert not row._state.adding
-        assert columns(models.Observation.objects.get(pk=row.pk)) == columns(row)
-
-
-@pytest.mark.parametrize("count", [1, 3])
-def test_insert_pending_lookups_stores_what_the_orm_would_pending_and_stamped_now(
-    execution: models.Execution, count: int
-) -> None:
-    expected = varied_rows(execution, 0, count)
-    before = datetime.now(UTC)
-
-    records.insert_pending_lookups(
-        execution,
-        [(o.measure, o.lookup, MappingProxyType(o.args), o.args_digest, o.key, o.task_key) for o in expected],
-    )
-
-    stored = list(models.Observation.objects.filter(execution=execution).order_by("id"))
-    fields = ("execution_id", "measure", "lookup", "args", "args_digest", "key", "task_key")
-
-    def pending(rows: list[models.Observation]) -> list[list[Any]]:
-        return [[getattr(o, f) for f in fields] for o in rows]
-
-    assert pending(stored) == pending(expected)
-    assert all(o.value is None and o.error is None and o.observed_at is None for o in stored)
-    assert all(before <= o.dispatched_at <= datetime.now(UTC) for o in stored)
-
-
-@on_postgresql
-def test_on_postgresql_insert_rows_sends_one_statement_text_for_any_number_of_rows(
-    execution: models.Execution,
-) -> None:
-    batches = [varied_rows(execution, 0, 3), varied_rows(execution, 3, 2), varied_rows(execution, 5, 7)]
-
-    texts: list[str] = []
-
-    def keep_text(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        texts.append(sql)
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(keep_text):
-        for batch in batches:
-            records.insert_rows(batch)
-
-    # One text, so psycopg prepares it once, whatever the size of the frontier.
-    assert len(texts) == len(batches)
-    assert len(set(texts)) == 1
-    assert "UNNEST" in texts[0]
-    for row in [row for batch in batches for row in batch]:
-        assert columns(models.Observation.objects.get(pk=row.pk)) == columns(row)
-
-
 def reads_of(execution: models.Execution) -> list[tuple[str, list[Any]]]:
     obs = records.table(models.Observation)
     pk = models.Execution._meta.get_field("id").get_db_prep_value(execution.pk, connection)
@@ -139,7 +71,7 @@ def reads_of(execution: models.Execution) -> list[tuple[str, list[Any]]]:
 
 
 def test_a_prefetched_read_is_answered_once_from_what_was_read_together(execution: models.Execution) -> None:
-    records.insert_rows(varied_rows(execution, 0, 3))
+    models.Observation.objects.bulk_create(varied_rows(execution, 0, 3))
     rows_read, count_read = reads_of(execution)[0], reads_of(execution)[2]
     expected = records.raw_rows(*rows_read)
     sent: list[str] = []
@@ -155,7 +87,7 @@ def test_a_prefetched_read_is_answered_once_from_what_was_read_together(executio
             assert records.raw_rows(*rows_read) == expected
             assert records.raw_rows(*count_read) == [(3, expected[-1][1])]
             assert len(sent) == 2  # both answered from what was read
-        records.insert_rows(varied_rows(execution, 10, 1))
+        models.Observation.objects.bulk_create(varied_rows(execution, 10, 1))
         assert len(records.raw_rows(*rows_read)) == 4  # answered once, in the inner block: now the database
         assert sent[-1] == rows_read[0]
     with records.prefetched(count_read):
@@ -164,7 +96,7 @@ def test_a_prefetched_read_is_answered_once_from_what_was_read_together(executio
 
 
 def test_raw_reads_returns_what_separate_raw_rows_calls_return_in_order(execution: models.Execution) -> None:
-    records.insert_rows(varied_rows(execution, 0, 3))
+    models.Observation.objects.bulk_create(varied_rows(execution, 0, 3))
     reads = reads_of(execution)
 
     assert records.raw_reads(*reads) == [records.raw_rows(sql, params) for sql, params in reads]
@@ -258,9 +190,6 @@ def waiter_seen(cursor: Any, timeout_s: float = 10.0) -> bool:
     return False
 
 
-# ---- batched_writes
-
-
 @pytest.fixture
 def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Every psycopg pipeline opened from now on."""
@@ -273,140 +202,3 @@ def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(psycopg.Connection, "pipeline", spy)
     return opened
-
-
-def verdict_and_lookups(execution: models.Execution) -> list[tuple[str, list[Any]]]:
-    pk = models.Execution._meta.get_field("id").get_db_prep_value(execution.pk, connection)
-    return [
-        (f"SELECT verdict FROM {records.table(models.Execution)} WHERE id = %s", [pk]),
-        (f"SELECT count(*) FROM {records.table(models.Observation)} WHERE execution_id = %s", [pk]),
-    ]
-
-
-@on_postgresql
-def test_batched_writes_wait_for_the_next_read_and_go_before_it_in_its_round_trip(
-    execution: models.Execution, pipelines: list[Any]
-) -> None:
-    with CaptureQueriesContext(connection) as queries, records.batched_writes():
-        execution.verdict = "ask"
-        records.update_row(execution, ["verdict"])
-        records.insert_rows(varied_rows(execution, 0, 3), ids=False)
-        assert queries.captured_queries == []  # nothing sent yet
-
-        verdict, lookups = records.raw_reads(*verdict_and_lookups(execution))
-
-    assert (verdict, lookups) == ([("ask",)], [(3,)])
-    assert len(pipelines) == 1
-    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE", "INSERT", "SELECT", "SELECT"]
-
-
-@on_postgresql
-def test_an_insert_whose_ids_are_needed_goes_at_once_and_takes_the_waiting_writes_along(
-    execution: models.Execution, pipelines: list[Any]
-) -> None:
-    rows = varied_rows(execution, 0, 2)
-    with records.batched_writes():
-        execution.verdict = "hold"
-        records.update_row(execution, ["verdict"])
-        records.insert_rows(rows)
-        assert all(row.pk is not None for row in rows)
-        assert len(pipelines) == 1
-
-    assert models.Execution.objects.get(pk=execution.pk).verdict == "hold"
-    assert [columns(models.Observation.objects.get(pk=row.pk)) for row in rows] == [columns(r) for r in rows]
-
-
-@on_postgresql
-def test_writes_that_need_no_answer_still_waiting_when_the_block_ends_wait_for_the_commit(
-    execution: models.Execution,
-) -> None:
-    with CaptureQueriesContext(connection) as queries:
-        with records.batched_writes():
-            execution.verdict = "ask"
-            records.update_row(execution, ["verdict"], held=True)
-            records.insert_rows(varied_rows(execution, 0, 2), ids=False)
-            records.insert_pending_lookups(execution, [("m", "l", {"a": 1}, "sha256:0", "m#0", "t:0")])
-            assert not models.Observation.objects.filter(execution=execution).exists()  # an ORM read: not yet
-        sent = len(queries.captured_queries)
-
-    assert sent == 1  # the ORM read in the block; the writes wait for the COMMIT (console/pgbackend)
-    # ... or for the next statement of the transaction, which they go before.
-    assert models.Observation.objects.filter(execution=execution).count() == 3
-    assert models.Execution.objects.get(pk=execution.pk).verdict == "ask"
-
-
-@on_postgresql
-def test_a_write_whose_row_count_is_checked_goes_when_the_block_ends(execution: models.Execution) -> None:
-    with CaptureQueriesContext(connection) as queries:
-        with records.batched_writes():
-            execution.verdict = "ask"
-            records.update_row(execution, ["verdict"])
-            records.insert_rows(varied_rows(execution, 0, 2), ids=False)
-            assert queries.captured_queries == []
-
-        assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE", "INSERT"]
-
-
-@on_postgresql
-def test_an_update_of_a_row_that_is_gone_fails_at_the_end_of_the_block(execution: models.Execution) -> None:
-    gone = models.Execution(pk=uuid.uuid4(), principal=execution.principal, request=execution.request)
-    gone._state.adding = False
-
-    with pytest.raises(DatabaseError, match="did not affect any rows"), records.batched_writes():
-        records.update_row(gone, ["verdict"])
-
-
-@on_postgresql
-def test_a_block_that_raises_sends_nothing_it_was_holding(execution: models.Execution) -> None:
-    with pytest.raises(RuntimeError), records.batched_writes():
-        records.insert_rows(varied_rows(execution, 0, 2), ids=False)
-        raise RuntimeError("the service failed")
-
-    with records.batched_writes():  # a later block starts empty
-        pass
-    assert not models.Observation.objects.filter(execution=execution).exists()
-
-
-@on_postgresql
-def test_a_waiting_write_that_fails_raises_djangos_error_from_the_statement_it_went_with(
-    execution: models.Execution,
-) -> None:
-    never_stored = models.Execution(pk=uuid.uuid4(), verdict="ask")
-    with (
-        pytest.raises(DatabaseError, match="did not affect any rows"),
-        transaction.atomic(),
-        records.batched_writes(),
-    ):
-        records.update_row(never_stored, ["verdict"])
-        records.raw_reads(*verdict_and_lookups(execution))
-
-    twins = varied_rows(execution, 0, 1) + varied_rows(execution, 0, 1)  # the same task_key
-    with pytest.raises(IntegrityError), transaction.atomic(), records.batched_writes():
-        records.insert_rows(twins, ids=False)  # sent when the block ends
-
-
-@on_postgresql
-def test_without_pipelining_batched_writes_go_at_once(
-    execution: models.Execution, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(connection.settings_dict, "OPTIONS", {})
-    with records.batched_writes():
-        records.insert_rows(varied_rows(execution, 0, 2), ids=False)
-        assert models.Observation.objects.filter(execution=execution).count() == 2
-
-
-@on_postgresql
-def test_rows_whose_ids_were_taken_ahead_wait_and_keep_those_ids(
-    execution: models.Execution, pipelines: list[Any]
-) -> None:
-    rows = varied_rows(execution, 0, 2)
-    for row in rows:
-        row.pk = records.next_id(models.Observation)
-    ids = [row.pk for row in rows]
-    with records.batched_writes():
-        records.insert_rows(rows)
-        assert not models.Observation.objects.filter(execution=execution).exists()  # waiting
-        assert pipelines == []
-
-    assert [o.pk for o in models.Observation.objects.filter(execution=execution).order_by("id")] == ids
-    assert records.next_id(models.Observation) > max(ids)  # the sequence moved past them

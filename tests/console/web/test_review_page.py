@@ -357,9 +357,7 @@ def test_a_hold_on_a_provider_gap_offers_rejecting_or_filing_the_gap_report(
     assert 'data-testid="approve-execution"' not in html  # no disabled button left to wonder about
     hold = text_of(html.split('data-testid="gap-hold"')[1].split("</div>")[0])
     assert "Held by a gap in the tool's definition." in hold and "reject it" in hold
-    assert re.search(
-        r'href="/gap-reports/new/\?cls=provider_gap&amp;server=repo&amp;tool=delete_repo', html
-    )
+    assert re.search(r'href="/gap-reports/new/\?cls=provider_gap&amp;server=repo&amp;tool=delete_repo', html)
     assert "Reject…</button>" in html
 
 
