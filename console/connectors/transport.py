@@ -64,13 +64,14 @@ class _AllowListedBackend:
         # Each checked address in turn, in the order DNS gave them, as httpcore itself would not.
         for info in egress.check_addresses(name, port, infos):
             try:
-                return await self._backend.connect_tcp(
+                stream = await self._backend.connect_tcp(
                     str(info[4][0]),
                     port,
                     timeout=timeout,
                     local_address=local_address,
                     socket_options=socket_options,
                 )
+                return _Stream(stream)
             except Exception as exc:
                 failure = exc
         assert failure is not None  # check_addresses refuses an empty answer
@@ -81,6 +82,59 @@ class _AllowListedBackend:
 
     async def sleep(self, seconds: float) -> None:
         await self._backend.sleep(seconds)
+
+
+class _Stream:
+    """httpcore's AnyIO stream, less two costs of each request. The pool asks every idle connection whether
+    its socket is readable each time it assigns a request or takes a connection back, and AnyIO builds a dict
+    of the socket's attributes (asking the kernel for the peer's address) to hand the socket over: here it is
+    kept. A read or write without a timeout skips AnyIO's cancel scope, which would have nothing to bound."""
+
+    def __init__(self, stream: Any) -> None:
+        self._inner = stream
+        self._anyio = stream._stream  # the AnyIO byte stream httpcore's wraps
+        self._socket = stream.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if timeout is not None:
+            return await self._inner.read(max_bytes, timeout)  # type: ignore[no-any-return]
+        try:
+            return await self._anyio.receive(max_bytes)  # type: ignore[no-any-return]
+        except anyio.EndOfStream:
+            return b""
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise _httpcore().ReadError(exc) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if timeout is not None or not buffer:
+            return await self._inner.write(buffer, timeout)  # type: ignore[no-any-return]
+        try:
+            await self._anyio.send(buffer)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            raise _httpcore().WriteError(exc) from exc
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> _Stream:
+        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            return _httpcore()._utils.is_socket_readable(self._socket)
+        if info == "socket":
+            return self._socket
+        return self._inner.get_extra_info(info)
+
+
+@functools.cache
+def _httpcore() -> Any:
+    import httpcore2
+    import httpcore2._utils
+
+    return httpcore2
 
 
 def checked_transport(
@@ -251,16 +305,29 @@ class _HttpLookups:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx2.AsyncClient | None = None  # loop thread only
         self._tasks: set[asyncio.Task[None]] = set()  # loop thread only
+        # Lookups started and not yet taken by the loop: a frontier's go over in one wake-up of the loop
+        # thread, not one each (each a write to its wake-up pipe, and a hand-over of the GIL).
+        self._incoming: list[tuple[Coroutine[Any, Any, None], Pending]] = []
 
     def start(self, url: str, body: bytes, timeout_s: float) -> Pending:
         pending = Pending(timeout_s, grace_s=_HTTP_LOOP_GRACE_S)
+        work = self._exchange(pending, url, body, timeout_s)
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(target=self._loop.run_forever, name="preflight-http", daemon=True).start()
             loop = self._loop
-        loop.call_soon_threadsafe(self._spawn, self._exchange(pending, url, body, timeout_s), pending)
+            self._incoming.append((work, pending))
+            wake = len(self._incoming) == 1
+        if wake:
+            loop.call_soon_threadsafe(self._take_incoming)
         return pending
+
+    def _take_incoming(self) -> None:
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+        for work, pending in incoming:
+            self._spawn(work, pending)
 
     def in_flight(self) -> int:
         """How many lookups the loop holds (none once all have ended)."""
@@ -333,6 +400,7 @@ async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: fl
     import httpx2
 
     # The whole exchange, as httpx's own timeouts are per read: a server dripping its answer is cut off too.
+    # httpx's are off (timeout=None): inside this one they could never end the exchange first.
     async with asyncio.timeout(timeout_s):
         while True:
             connected = False
@@ -342,7 +410,7 @@ async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: fl
                 connected = connected or event.startswith("connection.connect_tcp")
 
             request = client.build_request(
-                "POST", url, content=body, timeout=timeout_s, extensions={"trace": trace}
+                "POST", _parsed_url(url), content=body, timeout=None, extensions={"trace": trace}
             )
             try:
                 response = await client.send(request, stream=True)
@@ -363,6 +431,14 @@ async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: fl
                 return response.status_code, bytes(raw[: MAX_MEASURE_BODY_BYTES + 1])
             finally:
                 await response.aclose()
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_url(url: str) -> httpx2.URL:
+    """A measure's URL parsed once, not at each of its lookups (an httpx URL does not change)."""
+    import httpx2
+
+    return httpx2.URL(url)
 
 
 def _close_thread_db_connections() -> None:
