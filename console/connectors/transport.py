@@ -17,7 +17,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -198,6 +198,28 @@ class Pending:
         self.outcome = Outcome()
         self.deadline = time.monotonic() + timeout_s + grace_s
         self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._groups: list[_Countdown] | None = []  # None once done; see `wait_all`
+
+    def finish(self) -> None:
+        """The outcome is in: wake who waits for it."""
+        with self._lock:
+            self.done.set()
+            groups, self._groups = self._groups, None
+        for group in groups or ():
+            group.count_down()
+
+    def _join(self, group: _Countdown) -> bool:
+        with self._lock:
+            if self._groups is None:
+                return False
+            self._groups.append(group)
+            return True
+
+    def _leave(self, group: _Countdown) -> None:
+        with self._lock:
+            if self._groups is not None and group in self._groups:
+                self._groups.remove(group)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
@@ -212,6 +234,38 @@ class Pending:
         return self.outcome
 
 
+class _Countdown:
+    def __init__(self, n: int) -> None:
+        self._lock = threading.Lock()
+        self._left = n
+        self.zero = threading.Event()
+
+    def count_down(self) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left == 0:
+                self.zero.set()
+
+
+def wait_all(calls: Sequence[Pending], timeout: float) -> None:
+    """Wait until each call returned or its time is up, or for `timeout`: as `wait` on each in turn, but woken
+    once, when the last of them is in, not once per call (a frontier's answers come close together, and each
+    wake-up of this thread was a hand-over of the GIL from the HTTP loop thread parsing the next one)."""
+    until = time.monotonic() + timeout
+    while True:
+        now = time.monotonic()
+        out = [call for call in calls if not call.done.is_set() and call.deadline > now]
+        if not out or now >= until:
+            return
+        group = _Countdown(len(out))
+        joined = [call for call in out if call._join(group)]
+        for _ in range(len(out) - len(joined)):
+            group.count_down()  # done meanwhile
+        group.zero.wait(min(until, *(call.deadline for call in out)) - now)
+        for call in joined:
+            call._leave(group)
+
+
 class Call(Pending):
     """``fn(**kwargs)`` running in a daemon thread from now on, waited for at most until ``timeout_s`` after
     it started.
@@ -223,7 +277,7 @@ class Call(Pending):
 
     def __init__(self, fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> None:
         super().__init__(timeout_s)
-        outcome, done = self.outcome, self.done
+        outcome, finish = self.outcome, self.finish
 
         def target() -> None:
             try:
@@ -232,7 +286,7 @@ class Call(Pending):
                 outcome.error = exc
             finally:
                 _close_thread_db_connections()
-                done.set()
+                finish()
 
         _runners.run(target)
 
@@ -346,7 +400,7 @@ class _HttpLookups:
         def ended(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
             if pending is not None:
-                pending.done.set()
+                pending.finish()
 
         task.add_done_callback(ended)
 
