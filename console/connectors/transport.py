@@ -4,6 +4,7 @@ event loop per process that runs every HTTP lookup on one pooled client."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import http.cookiejar
@@ -35,6 +36,11 @@ logger = logging.getLogger(__name__)
 MAX_MEASURE_BODY_BYTES = 1 << 20
 
 
+# Set by an HTTP lookup before each attempt, in its task: a connection opened for it says so here (the
+# attempt's own, not a kept one). httpcore's trace would say it too, at the cost of a dozen awaits a request.
+_CONNECTING: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("connecting", default=None)
+
+
 class _AllowListedBackend:
     """httpcore's AnyIO network backend, connecting only to addresses the allow-list admits: the host is
     resolved once here, each address checked, and the socket opened to a checked address (never a second
@@ -53,6 +59,9 @@ class _AllowListedBackend:
         local_address: str | None = None,
         socket_options: Any = None,
     ) -> Any:
+        connecting = _CONNECTING.get()
+        if connecting is not None:
+            connecting[0] = True
         name = egress._normal_host(host.strip("[]")) or host
         if not any(e.host == name and e.port in (None, port) for e in egress.allowed_hosts()):
             raise egress.EgressRefused("host_not_allowed", f"{host}:{port} is not in PREFLIGHT_HTTP_ALLOW")
@@ -465,23 +474,19 @@ async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: fl
     # httpx's are off: inside this one they could never end the exchange first.
     async with asyncio.timeout(timeout_s):
         while True:
-            connected = False
-
-            async def trace(event: str, info: Mapping[str, Any]) -> None:
-                nonlocal connected
-                connected = connected or event.startswith("connection.connect_tcp")
-
+            connected = [False]  # whether this attempt opened a connection of its own
+            extensions: dict[str, Any] = {"timeout": _NO_TIMEOUTS}
+            if transport is client._transport:
+                _CONNECTING.set(connected)  # `_AllowListedBackend` opens each of its connections
+            else:  # through a proxy: httpcore's trace says when it connects
+                extensions["trace"] = _connect_trace(connected)
             request = httpx2.Request(
-                "POST",
-                target,
-                headers=client.headers,
-                content=body,
-                extensions={"timeout": _NO_TIMEOUTS, "trace": trace},
+                "POST", target, headers=client.headers, content=body, extensions=extensions
             )
             try:
                 response = await transport.handle_async_request(request)
             except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError):
-                if connected:
+                if connected[0]:
                     raise
                 # A kept connection the server closed meanwhile (it may, between two requests): nothing of an
                 # answer came, so the lookup, which reads and changes nothing, goes again on a new one.
@@ -497,6 +502,13 @@ async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: fl
                 return response.status_code, bytes(raw[: MAX_MEASURE_BODY_BYTES + 1])
             finally:
                 await response.aclose()
+
+
+def _connect_trace(connected: list[bool]) -> Callable[[str, Mapping[str, Any]], Awaitable[None]]:
+    async def trace(event: str, info: Mapping[str, Any]) -> None:
+        connected[0] = connected[0] or event.startswith("connection.connect_tcp")
+
+    return trace
 
 
 _NO_TIMEOUTS = {"connect": None, "read": None, "write": None, "pool": None}
