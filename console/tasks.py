@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -173,10 +172,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
             # close together. Nothing waits on an early fill: the execution is preflighted again only once
             # none of its lookups is pending. Two fills of a level of 10 were ~3 ms on the critical path
             # (bench/lookups.py), the second one waiting for the GIL while the answers were parsed.
-            grace_until = time.monotonic() + _FILL_GRACE_S
-            for _, started in running[1:]:
-                if not started.wait(max(0.0, grace_until - time.monotonic())):
-                    break
+            connectors.StartedMeasure.wait_all([started for _, started in running[1:]], _FILL_GRACE_S)
             done, waiting = [], []
             for item in running:
                 (done if item[1].wait(0) else waiting).append(item)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -75,6 +75,11 @@ class StartedMeasure:
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the answer is in, or the lookup has failed or timed out; True once it has."""
         return self._call is None or self._call.wait(timeout)
+
+    @staticmethod
+    def wait_all(started: Sequence[StartedMeasure], timeout: float) -> None:
+        """Wait until each is in, has failed or has timed out, or for `timeout` (`transport.wait_all`)."""
+        transport.wait_all([s._call for s in started if s._call is not None], timeout)
 
     def result(self) -> tuple[Any, datetime]:
         """``(value, observed_at)``, waiting if need be; ``MeasureFailed`` without a trustworthy value."""

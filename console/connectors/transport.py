@@ -4,6 +4,7 @@ event loop per process that runs every HTTP lookup on one pooled client."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import http.cookiejar
@@ -35,6 +36,11 @@ logger = logging.getLogger(__name__)
 MAX_MEASURE_BODY_BYTES = 1 << 20
 
 
+# Set by an HTTP lookup before each attempt, in its task: a connection opened for it says so here (the
+# attempt's own, not a kept one). httpcore's trace would say it too, at the cost of a dozen awaits a request.
+_CONNECTING: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("connecting", default=None)
+
+
 class _AllowListedBackend:
     """httpcore's AnyIO network backend, connecting only to addresses the allow-list admits: the host is
     resolved once here, each address checked, and the socket opened to a checked address (never a second
@@ -53,6 +59,9 @@ class _AllowListedBackend:
         local_address: str | None = None,
         socket_options: Any = None,
     ) -> Any:
+        connecting = _CONNECTING.get()
+        if connecting is not None:
+            connecting[0] = True
         name = egress._normal_host(host.strip("[]")) or host
         if not any(e.host == name and e.port in (None, port) for e in egress.allowed_hosts()):
             raise egress.EgressRefused("host_not_allowed", f"{host}:{port} is not in PREFLIGHT_HTTP_ALLOW")
@@ -65,13 +74,14 @@ class _AllowListedBackend:
         # Each checked address in turn, in the order DNS gave them, as httpcore itself would not.
         for info in egress.check_addresses(name, port, infos):
             try:
-                return await self._backend.connect_tcp(
+                stream = await self._backend.connect_tcp(
                     str(info[4][0]),
                     port,
                     timeout=timeout,
                     local_address=local_address,
                     socket_options=socket_options,
                 )
+                return _Stream(stream)
             except Exception as exc:
                 failure = exc
         assert failure is not None  # check_addresses refuses an empty answer
@@ -82,6 +92,59 @@ class _AllowListedBackend:
 
     async def sleep(self, seconds: float) -> None:
         await self._backend.sleep(seconds)
+
+
+class _Stream:
+    """httpcore's AnyIO stream, less two costs of each request. The pool asks every idle connection whether
+    its socket is readable each time it assigns a request or takes a connection back, and AnyIO builds a dict
+    of the socket's attributes (asking the kernel for the peer's address) to hand the socket over: here it is
+    kept. A read or write without a timeout skips AnyIO's cancel scope, which would have nothing to bound."""
+
+    def __init__(self, stream: Any) -> None:
+        self._inner = stream
+        self._anyio = stream._stream  # the AnyIO byte stream httpcore's wraps
+        self._socket = stream.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if timeout is not None:
+            return await self._inner.read(max_bytes, timeout)  # type: ignore[no-any-return]
+        try:
+            return await self._anyio.receive(max_bytes)  # type: ignore[no-any-return]
+        except anyio.EndOfStream:
+            return b""
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise _httpcore().ReadError(exc) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if timeout is not None or not buffer:
+            return await self._inner.write(buffer, timeout)  # type: ignore[no-any-return]
+        try:
+            await self._anyio.send(buffer)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            raise _httpcore().WriteError(exc) from exc
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> _Stream:
+        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            return _httpcore()._utils.is_socket_readable(self._socket)
+        if info == "socket":
+            return self._socket
+        return self._inner.get_extra_info(info)
+
+
+@functools.cache
+def _httpcore() -> Any:
+    import httpcore2
+    import httpcore2._utils
+
+    return httpcore2
 
 
 def checked_transport(
@@ -147,6 +210,28 @@ class Pending:
         self.outcome = Outcome()
         self.deadline = time.monotonic() + timeout_s + grace_s
         self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._groups: list[_Countdown] | None = []  # None once done; see `wait_all`
+
+    def finish(self) -> None:
+        """The outcome is in: wake who waits for it."""
+        with self._lock:
+            self.done.set()
+            groups, self._groups = self._groups, None
+        for group in groups or ():
+            group.count_down()
+
+    def _join(self, group: _Countdown) -> bool:
+        with self._lock:
+            if self._groups is None:
+                return False
+            self._groups.append(group)
+            return True
+
+    def _leave(self, group: _Countdown) -> None:
+        with self._lock:
+            if self._groups is not None and group in self._groups:
+                self._groups.remove(group)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
@@ -161,6 +246,38 @@ class Pending:
         return self.outcome
 
 
+class _Countdown:
+    def __init__(self, n: int) -> None:
+        self._lock = threading.Lock()
+        self._left = n
+        self.zero = threading.Event()
+
+    def count_down(self) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left == 0:
+                self.zero.set()
+
+
+def wait_all(calls: Sequence[Pending], timeout: float) -> None:
+    """Wait until each call returned or its time is up, or for `timeout`: as `wait` on each in turn, but woken
+    once, when the last of them is in, not once per call (a frontier's answers come close together, and each
+    wake-up of this thread was a hand-over of the GIL from the HTTP loop thread parsing the next one)."""
+    until = time.monotonic() + timeout
+    while True:
+        now = time.monotonic()
+        out = [call for call in calls if not call.done.is_set() and call.deadline > now]
+        if not out or now >= until:
+            return
+        group = _Countdown(len(out))
+        joined = [call for call in out if call._join(group)]
+        for _ in range(len(out) - len(joined)):
+            group.count_down()  # done meanwhile
+        group.zero.wait(min(until, *(call.deadline for call in out)) - now)
+        for call in joined:
+            call._leave(group)
+
+
 class Call(Pending):
     """``fn(**kwargs)`` running in a daemon thread from now on, waited for at most until ``timeout_s`` after
     it started.
@@ -172,7 +289,7 @@ class Call(Pending):
 
     def __init__(self, fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> None:
         super().__init__(timeout_s)
-        outcome, done = self.outcome, self.done
+        outcome, finish = self.outcome, self.finish
 
         def target() -> None:
             try:
@@ -181,7 +298,7 @@ class Call(Pending):
                 outcome.error = exc
             finally:
                 _close_thread_db_connections()
-                done.set()
+                finish()
 
         _runners.run(target)
 
@@ -254,16 +371,29 @@ class _HttpLookups:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx2.AsyncClient | None = None  # loop thread only
         self._tasks: set[asyncio.Task[None]] = set()  # loop thread only
+        # Lookups started and not yet taken by the loop: a frontier's go over in one wake-up of the loop
+        # thread, not one each (each a write to its wake-up pipe, and a hand-over of the GIL).
+        self._incoming: list[tuple[Coroutine[Any, Any, None], Pending]] = []
 
     def start(self, url: str, body: bytes, timeout_s: float) -> Pending:
         pending = Pending(timeout_s, grace_s=_HTTP_LOOP_GRACE_S)
+        work = self._exchange(pending, url, body, timeout_s)
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(target=self._loop.run_forever, name="preflight-http", daemon=True).start()
             loop = self._loop
-        loop.call_soon_threadsafe(self._spawn, self._exchange(pending, url, body, timeout_s), pending)
+            self._incoming.append((work, pending))
+            wake = len(self._incoming) == 1
+        if wake:
+            loop.call_soon_threadsafe(self._take_incoming)
         return pending
+
+    def _take_incoming(self) -> None:
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+        for work, pending in incoming:
+            self._spawn(work, pending)
 
     def in_flight(self) -> int:
         """How many lookups the loop holds (none once all have ended)."""
@@ -282,7 +412,7 @@ class _HttpLookups:
         def ended(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
             if pending is not None:
-                pending.done.set()
+                pending.finish()
 
         task.add_done_callback(ended)
 
@@ -335,22 +465,31 @@ async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: fl
     """``(status, body)``: the status only unless 2xx, at most one byte of the body past the limit."""
     import httpx2
 
+    if client.is_closed:
+        raise RuntimeError("Cannot send a request, as the client has been closed.")
+    target = _parsed_url(url)
+    # Straight to the transport the client would pick (its proxies were read from the environment when it was
+    # made), with the request it would build: its headers, no cookies (its jar keeps none), no credentials
+    # (`egress.check_url` refuses user info), and no redirect to follow. Its layers around that were about a
+    # tenth of a lookup's CPU on the loop thread.
+    transport = client._transport_for_url(target)
     # The whole exchange, as httpx's own timeouts are per read: a server dripping its answer is cut off too.
+    # httpx's are off: inside this one they could never end the exchange first.
     async with asyncio.timeout(timeout_s):
         while True:
-            connected = False
-
-            async def trace(event: str, info: Mapping[str, Any]) -> None:
-                nonlocal connected
-                connected = connected or event.startswith("connection.connect_tcp")
-
-            request = client.build_request(
-                "POST", url, content=body, timeout=timeout_s, extensions={"trace": trace}
+            connected = [False]  # whether this attempt opened a connection of its own
+            extensions: dict[str, Any] = {"timeout": _NO_TIMEOUTS}
+            if transport is client._transport:
+                _CONNECTING.set(connected)  # `_AllowListedBackend` opens each of its connections
+            else:  # through a proxy: httpcore's trace says when it connects
+                extensions["trace"] = _connect_trace(connected)
+            request = httpx2.Request(
+                "POST", target, headers=client.headers, content=body, extensions=extensions
             )
             try:
-                response = await client.send(request, stream=True)
+                response = await transport.handle_async_request(request)
             except (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError):
-                if connected:
+                if connected[0]:
                     raise
                 # A kept connection the server closed meanwhile (it may, between two requests): nothing of an
                 # answer came, so the lookup, which reads and changes nothing, goes again on a new one.
@@ -366,6 +505,24 @@ async def _post(client: httpx2.AsyncClient, url: str, body: bytes, timeout_s: fl
                 return response.status_code, bytes(raw[: MAX_MEASURE_BODY_BYTES + 1])
             finally:
                 await response.aclose()
+
+
+def _connect_trace(connected: list[bool]) -> Callable[[str, Mapping[str, Any]], Awaitable[None]]:
+    async def trace(event: str, info: Mapping[str, Any]) -> None:
+        connected[0] = connected[0] or event.startswith("connection.connect_tcp")
+
+    return trace
+
+
+_NO_TIMEOUTS = {"connect": None, "read": None, "write": None, "pool": None}
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_url(url: str) -> httpx2.URL:
+    """A measure's URL parsed once, not at each of its lookups (an httpx URL does not change)."""
+    import httpx2
+
+    return httpx2.URL(url)
 
 
 def _close_thread_db_connections() -> None:
