@@ -45,7 +45,7 @@ def append_links(events: Sequence[AuditEvent], heads: Mapping[int, tuple[int, st
         for chain, (seq, hash_) in heads.items():
             AuditChain.objects.filter(chain=chain).update(seq=seq, hash=hash_)
         return
-    params = [
+    params: list[list[Any]] = [
         [e.seq for e in events],
         [e.chain for e in events],
         [e.kind for e in events],

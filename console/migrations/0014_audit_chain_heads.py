@@ -1,7 +1,9 @@
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
-def heads(apps, schema_editor):
+def heads(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """Each chain's head, from its last event."""
     AuditEvent = apps.get_model("console", "AuditEvent")
     AuditChain = apps.get_model("console", "AuditChain")
