@@ -100,11 +100,13 @@ def prepare(db: str, env: dict[str, str], scenario: str) -> str:
 
     call_command("migrate", verbosity=0, interactive=False)
 
-    from console import services
     from console.demo.bank import EXTENSIONS, TOOL_SPECS
+    from console.services.catalog import catalog_import
+    from console.services.measures import measure_create
+    from console.services.tokens import agent_token_create
 
     transfer = {**TOOL_SPECS["transfer_funds"], "x-preflight": EXTENSIONS["transfer_funds"]}
-    result = services.catalog_import(
+    result = catalog_import(
         server="bank",
         tools=[transfer, TOOL_SPECS["get_balance"]],
         annotations_trusted=True,
@@ -114,8 +116,8 @@ def prepare(db: str, env: dict[str, str], scenario: str) -> str:
     problems = [p for t in result.tools for p in t.problems if t.version == "invalid"]
     if problems:
         raise SystemExit(f"catalog import failed: {problems}")
-    services.measure_create(name="bank.balance", kind="python", timeout_s=2, actor="bench")
-    _, token = services.agent_token_create(name="bench")
+    measure_create(name="bank.balance", kind="python", timeout_s=2, actor="bench")
+    _, token = agent_token_create(name="bench")
     connections.close_all()
     return token
 

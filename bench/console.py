@@ -122,9 +122,12 @@ def prepare(db: str, held: int, decided: int) -> dict[str, Any]:
     from django.db import connection
     from django.utils import timezone
 
-    from console import models, review_services, services
+    from console import models
     from console.demo import review_data
     from console.models import record_summary
+    from console.services.catalog import catalog_import
+    from console.services.executions import execution_answer, execution_create
+    from console.services.review import approval_create, execution_reviewer_answer
     from preflight.approvals import value_digest
 
     call_command("migrate", verbosity=0)
@@ -132,18 +135,18 @@ def prepare(db: str, held: int, decided: int) -> dict[str, Any]:
     approver.groups.add(Group.objects.get_or_create(name="approver")[0])
 
     # The 60-slot execution, preflighted for real, with a history worth showing.
-    services.catalog_import(server="bench", tools=[wide_tool()], annotations_trusted=True, actor="bench")
-    wide = services.execution_create(body=wide_request(), token=None, actor="bench")
-    services.approval_create(
+    catalog_import(server="bench", tools=[wide_tool()], annotations_trusted=True, actor="bench")
+    wide = execution_create(body=wide_request(), token=None, actor="bench")
+    approval_create(
         execution_id=wide.pk,
         slot_key="arg:field_00",
         value_digest_seen=value_digest("value-00-"),
         approver=approver,
     )
-    review_services.execution_reviewer_answer(
+    execution_reviewer_answer(
         execution_id=wide.pk, slot_key="arg:field_00", value="value-00-edited", reviewer=approver
     )
-    review_services.execution_reviewer_answer(
+    execution_reviewer_answer(
         execution_id=wide.pk, slot_key="arg:field_12", value="value-12-answered", reviewer=approver
     )
     wide.refresh_from_db()
@@ -167,7 +170,7 @@ def prepare(db: str, held: int, decided: int) -> dict[str, Any]:
             tasks.dispatch_lookups = lambda *a, **k: None  # type: ignore[assignment]
         try:
             body = review_data.transfer_request(**kwargs)
-            execution = services.execution_create(body=body, token=None, actor="bench")
+            execution = execution_create(body=body, token=None, actor="bench")
         finally:
             tasks.dispatch_lookups = dispatch  # type: ignore[assignment]
         if kwargs.get("principal") == "user:held":
@@ -176,7 +179,7 @@ def prepare(db: str, held: int, decided: int) -> dict[str, Any]:
                 {"arg:memo": "rent", "arg:from_account": review_data.ALICE_MAIN},
                 {"confirm:arg:to_account": True, "consent:call": True},
             ):
-                services.execution_answer(
+                execution_answer(
                     execution_id=execution.pk,
                     answers=answers,
                     answered_by=execution.principal,

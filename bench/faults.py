@@ -163,19 +163,19 @@ class Deployment:
         from django.db import connections
 
         call_command("migrate", verbosity=0, interactive=False)
-        from console import services
+        from console.services.catalog import catalog_import
+        from console.services.measures import measure_create
+        from console.services.tokens import agent_token_create
 
-        services.catalog_import(
+        catalog_import(
             server="ledger",
             tools=[TRANSFER],
             annotations_trusted=False,
             connector={"kind": "python"},
             actor="b",
         )
-        services.measure_create(
-            name="bank.balance", kind="http", url=self.measures.url, timeout_s=5, actor="b"
-        )
-        _, token = services.agent_token_create(name="bench")
+        measure_create(name="bank.balance", kind="http", url=self.measures.url, timeout_s=5, actor="b")
+        _, token = agent_token_create(name="bench")
         connections.close_all()
         self.start_web()
         self.start_worker()

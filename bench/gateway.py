@@ -111,11 +111,11 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         import anyio
 
-        from console import services
         from console.demo.agent import REQUESTER
+        from console.services.tokens import agent_token_create
 
         # The gateway acts as an agent token (over stdio, from the environment).
-        secret = services.agent_token_create(name="bench-agent", principals=[REQUESTER])[1]
+        secret = agent_token_create(name="bench-agent", principals=[REQUESTER])[1]
         env["PREFLIGHT_AGENT_TOKEN"] = os.environ["PREFLIGHT_AGENT_TOKEN"] = secret
 
         bank_port = _free_port()
@@ -158,12 +158,13 @@ def _free_port() -> int:
 
 
 def _catalog(fs_command: list[str], bank_port: int) -> None:
-    from console import connectors, services
+    from console import connectors
     from console.management.commands.demo import Command
+    from console.services.catalog import catalog_import
 
     connector = {"kind": "mcp_stdio", "command": fs_command}
     extensions = {"write_file": {"state_change": "the file at path holds exactly content"}}
-    services.catalog_import(
+    catalog_import(
         server="fs",
         tools=connectors.list_tools(connector, timeout_s=30),
         annotations_trusted=True,

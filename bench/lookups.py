@@ -338,17 +338,20 @@ def celery_runs(
         from integration_support import Worker
         from rest_framework.test import APIClient
 
-        from console import models, services
+        from console import models
+        from console.services.catalog import catalog_import
+        from console.services.measures import measure_create
+        from console.services.tokens import agent_token_create
         from preflight import GrantSigner
 
         key.write_bytes(GrantSigner.generate().to_pem())
         call_command("migrate", verbosity=0, interactive=False)
         commits = Commits(f"postgresql://postgres@127.0.0.1:5432/{db}")
         server = MeasureService()
-        services.catalog_import(server="bench", tools=[tool()], annotations_trusted=False, actor="bench")
+        catalog_import(server="bench", tools=[tool()], annotations_trusted=False, actor="bench")
         for name in ("bench.account", "bench.balance"):
-            services.measure_create(name=name, kind="http", url=server.url, timeout_s=5, actor="bench")
-        _, token = services.agent_token_create(name="bench")
+            measure_create(name=name, kind="http", url=server.url, timeout_s=5, actor="bench")
+        _, token = agent_token_create(name="bench")
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
         # This process serves the API as a web worker would, and so starts as config/wsgi.py does.

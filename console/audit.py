@@ -237,7 +237,7 @@ def verify_all() -> ChainReport:
     """Walk every audit chain (checking each against the heads chain 0 anchored for it), then check every
     stored preflight record against its own digest."""
     from console.models import PreflightRecord
-    from console.records import record_body_digest
+    from console.storage import record_body_digest
 
     events = 0
     head = None

@@ -1,6 +1,6 @@
 """What a JSON value must be to be stored and digested here: what PostgreSQL's jsonb and canonical JSON
 (RFC 8785) can hold. Checked on what callers send (console/api/parsers.py) and on what servers answer (tool
-results, lookups: console/connectors/, console/services.py), so neither side can make a write fail."""
+results, lookups: console/connectors/, console/services/), so neither side can make a write fail."""
 
 from __future__ import annotations
 

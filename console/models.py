@@ -1,5 +1,5 @@
-"""What the console persists. Thin on purpose: engine values are translated at the edge (console/records.py)
-and every write goes through console/services.py, which also appends to the audit chain."""
+"""What the console persists. Thin on purpose: engine values are translated at the edge (console/storage.py)
+and every write goes through console/services/, which also appends to the audit chain."""
 
 from __future__ import annotations
 

@@ -20,10 +20,10 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from console import egress, models, records, services
+from console import egress, models, storage
 from console.audit import audit_append
 from console.errors import BadInput, NotFound
-from console.operator_services import actor_name
+from console.services.common import actor_name, lock_execution
 from console.web.review_rows import when_text
 
 
@@ -126,10 +126,10 @@ def hold_message(execution: models.Execution, record: models.PreflightRecord) ->
 def hold_notify(*, execution_id: Any) -> list[models.Notification]:
     """For an execution that now holds: start its deadline and write its notifications (once per target);
     each is sent after commit. Nothing for one that no longer holds or has no policy."""
-    execution = services.lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     if execution.verdict != "hold" or execution.final_at is not None:
         return []
-    latest = records.latest_record(execution)
+    latest = storage.latest_record(execution)
     policy = review_policy_for(latest.record.get("server") or "", latest.record.get("tool") or "")
     if policy is None:
         return []

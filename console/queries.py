@@ -1,6 +1,6 @@
 """The few writes the ORM cannot say in one statement, each with why. Everything else writes through the ORM.
 
-Each is built once per database vendor (`records.per_vendor`); on a database without data-modifying CTEs
+Each is built once per database vendor (`storage.per_vendor`); on a database without data-modifying CTEs
 (SQLite, the embedded one, where a round trip costs nothing) the same write goes through the ORM instead.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connection
 
-from console import records
+from console import storage
 from console.models import AuditChain, AuditEvent, Observation
 
 
@@ -26,13 +26,13 @@ def advance_head(chain: int, n: int) -> tuple[int, str] | None:
     times the CPU of this statement on every audited action."""
     if connection.vendor != "postgresql":  # no row locks: one writer at a time
         return AuditChain.objects.filter(chain=chain).values_list("seq", "hash").first()
-    rows = records.raw_rows(_advance_head_sql(), [n, chain, n])
+    rows = storage.raw_rows(_advance_head_sql(), [n, chain, n])
     return (int(rows[0][0]), str(rows[0][1])) if rows else None
 
 
-@records.per_vendor
+@storage.per_vendor
 def _advance_head_sql() -> str:
-    return f"UPDATE {records.table(AuditChain)} SET seq = seq + %s WHERE chain = %s RETURNING seq - %s, hash"
+    return f"UPDATE {storage.table(AuditChain)} SET seq = seq + %s WHERE chain = %s RETURNING seq - %s, hash"
 
 
 def append_links(events: Sequence[AuditEvent], heads: Mapping[int, tuple[int, str]]) -> None:
@@ -65,14 +65,14 @@ def append_links(events: Sequence[AuditEvent], heads: Mapping[int, tuple[int, st
         event._state.db = connection.alias
 
 
-@records.per_vendor
+@storage.per_vendor
 def _append_links_sql() -> str:
     columns = ", ".join(connection.ops.quote_name(f) for f in _LINK_COLUMNS)
     return (
-        f"WITH links AS (INSERT INTO {records.table(AuditEvent)} ({columns})"
+        f"WITH links AS (INSERT INTO {storage.table(AuditEvent)} ({columns})"
         " SELECT s, c, k, e, b::jsonb, p, h, t FROM unnest(%s::bigint[], %s::smallint[], %s::text[],"
         " %s::uuid[], %s::text[], %s::text[], %s::text[], %s::timestamptz[]) AS u(s, c, k, e, b, p, h, t))"
-        f" UPDATE {records.table(AuditChain)} AS head SET seq = v.seq, hash = v.hash"
+        f" UPDATE {storage.table(AuditChain)} AS head SET seq = v.seq, hash = v.hash"
         " FROM unnest(%s::smallint[], %s::bigint[], %s::text[]) AS v(chain, seq, hash)"
         " WHERE head.chain = v.chain"
     )
@@ -81,10 +81,10 @@ def _append_links_sql() -> str:
 _LINK_COLUMNS = ("seq", "chain", "kind", "execution_id", "body", "prev_hash", "hash", "created_at")
 
 
-def fill_read(results: Sequence[tuple[int, Any, str | None, datetime]]) -> records.Read:
+def fill_read(results: Sequence[tuple[int, Any, str | None, datetime]]) -> storage.Read:
     """Lookups' results (observation id, value, error, observed at) recorded where still pending, as a read of
     the ids it recorded (PostgreSQL). The ORM says it as one CASE per row and column, and cannot send it in
-    the round trip of the reads that follow it under the execution's lock (`services.lookups_settled`)."""
+    the round trip of the reads that follow it under the execution's lock (`lookups_settled`)."""
     value, observed_at = Observation._meta.get_field("value"), Observation._meta.get_field("observed_at")
     params = [
         [pk for pk, _, _, _ in results],
@@ -95,10 +95,10 @@ def fill_read(results: Sequence[tuple[int, Any, str | None, datetime]]) -> recor
     return _fill_sql(), params
 
 
-@records.per_vendor
+@storage.per_vendor
 def _fill_sql() -> str:
     return (
-        f"UPDATE {records.table(Observation)} o"
+        f"UPDATE {storage.table(Observation)} o"
         " SET value = r.value, error = r.error, observed_at = r.observed_at"
         " FROM unnest(%s::bigint[], %s::jsonb[], %s::text[], %s::timestamptz[])"
         " AS r(id, value, error, observed_at)"

@@ -34,10 +34,22 @@ from django.utils import timezone
 from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
-from console import connectors, models, notifications, review_services, services
+from console import connectors, models, notifications
 from console.audit import audit_anchor
 from console.errors import NotFound
-from console.records import json_value, raw_rows, table
+from console.selectors.lookups import infra_retry_due
+from console.services.common import json_safe, lock_execution
+from console.services.executions import execution_repreflight
+from console.services.gate import runs_reconcile
+from console.services.lookups import (
+    LookupResult,
+    lookups_sent,
+    lookups_settled,
+    lookups_unsent,
+    observations_fill,
+)
+from console.services.review import holds_expire
+from console.storage import json_value, raw_rows, table
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +70,7 @@ def dispatch_lookups(execution_id: str, keys: Sequence[str]) -> bool:
     except (KombuError, RedisError, OSError) as exc:  # the broker, not the lookups
         # A part of the group that did go out, sent again by the sweep, runs twice and is recorded once.
         logger.warning("lookups for %s not dispatched: %s", execution_id, exc)
-        services.lookups_unsent(execution_id=execution_id, keys=keys, reason=f"broker unavailable ({exc})")
+        lookups_unsent(execution_id=execution_id, keys=keys, reason=f"broker unavailable ({exc})")
         return False
 
 
@@ -179,19 +191,19 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
             running = waiting
             results = [(lookup, _observed(lookup, started)) for lookup, started in done]
             if running:
-                filled += services.observations_fill(results=_results(results))
+                filled += observations_fill(results=_results(results))
             else:
                 last = results  # recorded by the settle, in its round trip under the row lock
     except SoftTimeLimitExceeded:
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
         last = [(lookup, (None, error, timezone.now())) for lookup, _ in running]
-    services.lookups_settled(execution_id=execution_id, filled=filled > 0, results=_results(last))
+    lookups_settled(execution_id=execution_id, filled=filled > 0, results=_results(last))
 
 
-def _results(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> list[services.LookupResult]:
+def _results(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> list[LookupResult]:
     return [
-        services.LookupResult(lookup.observation_id, value, error, observed_at)
+        LookupResult(lookup.observation_id, value, error, observed_at)
         for lookup, (value, error, observed_at) in results
     ]
 
@@ -258,7 +270,7 @@ def _observed(lookup: _Lookup, started: connectors.StartedMeasure) -> tuple[Any,
         if observed_at.tzinfo is None:
             # A naive time cannot be compared with a max age; read it as UTC rather than fail the lookup.
             observed_at = observed_at.replace(tzinfo=UTC)
-        return services.json_safe(value), None, observed_at
+        return json_safe(value), None, observed_at
     except connectors.MeasureFailed as exc:
         error = str(exc) or type(exc).__name__
     except Exception as exc:
@@ -278,7 +290,7 @@ def execution_trigger(execution_id: str) -> None:
 
 def _lock(execution_id: Any) -> models.Execution | None:
     try:
-        return services.lock_execution(execution_id)
+        return lock_execution(execution_id)
     except NotFound:
         return None
 
@@ -292,7 +304,7 @@ def _trigger_if_due(execution_id: Any, now: datetime | None = None) -> datetime 
             return None  # already preflighted again (a duplicate delivery), or no longer deferred
         if (now or timezone.now()) < execution.timing_at:
             return execution.timing_at
-        services.execution_repreflight(execution_id=execution_id, trigger="deferred")
+        execution_repreflight(execution_id=execution_id, trigger="deferred")
         return None
 
 
@@ -315,7 +327,7 @@ def trigger_due(now: datetime | None = None) -> int:
     for pk in due:
         _trigger_if_due(pk, now)  # the ETA task may fire at the same moment: only one of them acts
     for pk in stuck - due:
-        services.execution_repreflight(execution_id=pk, trigger="lookups")
+        execution_repreflight(execution_id=pk, trigger="lookups")
     return len(due | stuck)
 
 
@@ -334,16 +346,16 @@ def lookups_resend() -> int:
         except (KombuError, RedisError, OSError) as exc:
             logger.warning("lookups waiting for the broker still not sent: %s", exc)
             break  # the broker is still away: the next sweep tries again
-        services.lookups_sent(execution_id=execution_id, keys=keys)
+        lookups_sent(execution_id=execution_id, keys=keys)
         sent += 1
     return sent
 
 
 def holds_retry(now: datetime | None = None) -> int:
     """Preflight again the holds whose lost lookup's backoff has passed: the lookup is made again."""
-    due = services.infra_retry_due(now=now)
+    due = infra_retry_due(now=now)
     for pk in due:
-        services.execution_repreflight(execution_id=pk, trigger="retry")
+        execution_repreflight(execution_id=pk, trigger="retry")
     return len(due)
 
 
@@ -369,8 +381,8 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         "due": trigger_due(now),
         "sent": lookups_resend(),
         "retried": holds_retry(now),
-        "reconciled": services.runs_reconcile(now=now),
-        "expired": review_services.holds_expire(now),
+        "reconciled": runs_reconcile(now=now),
+        "expired": holds_expire(now),
         "notified": notifications.notifications_resend(now),
         "anchored": audit_anchor() if settings.PREFLIGHT_AUDIT_CHAINS > 1 else 0,
     }

@@ -12,7 +12,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from console.models import AgentToken
-from console.records import json_value, raw_rows, table
+from console.storage import json_value, raw_rows, table
 
 
 class Agent:

@@ -10,10 +10,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console import services
 from console.api.common import actor, errors
 from console.api.fields import AnyJSON, Array, Flag, JSONObject, Object, Text
 from console.models import Server
+from console.services.catalog import catalog_import
 
 
 class ConnectorIn(serializers.Serializer[JSONObject]):
@@ -98,7 +98,7 @@ class CatalogImportView(APIView):
         data = CatalogImportIn(data=request.data)
         data.is_valid(raise_exception=True)
         v: dict[str, Any] = data.validated_data
-        result = services.catalog_import(
+        result = catalog_import(
             server=v["server"],
             tools=v["tools"],
             annotations_trusted=v.get("annotations_trusted"),

@@ -8,7 +8,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
 from console.api.permissions import IsAgent
-from console.api.records import ErrorOut
+from console.api.record_serializers import ErrorOut
 from console.models import AgentToken
 
 # What an agent's views declare; every other API view is an operator action (the settings' default).

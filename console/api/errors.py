@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, ServiceError, Unprocessable
-from console.records import ContractTampered
+from console.storage import ContractTampered
 from preflight import RequestError
 
 logger = logging.getLogger(__name__)

@@ -12,13 +12,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console import review_services, services
 from console.api.access import execution_or_404
 from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors
 from console.api.fields import AnyJSON, Array, Flag, Integer, JSONObject, Object, Text
-from console.api.records import ErrorOut, InvalidAnswerOut, RecordOut
+from console.api.record_serializers import ErrorOut, InvalidAnswerOut, RecordOut
 from console.errors import BadInput
-from console.records import has_answer_rows, record_answer
+from console.selectors.lookups import infra_retry_due
+from console.services.executions import execution_answer, execution_create, execution_repreflight
+from console.services.gate import execution_run
+from console.services.review import execution_expire
+from console.storage import has_answer_rows, record_answer
 
 MAX_WAIT_S = 10.0
 _POLL_S = 0.1
@@ -165,7 +168,7 @@ class ExecutionCreateView(APIView):
         data = request.data
         assert isinstance(data, dict)  # ExecutionIn has just refused anything but an object
         body = {k: data[k] for k in REQUEST_FIELDS if k in data}
-        execution = services.execution_create(body=body, token=agent_token(request), actor=actor(request))
+        execution = execution_create(body=body, token=agent_token(request), actor=actor(request))
         if not has_answer_rows(execution):  # work after commit may have preflighted it again: read it back
             execution = execution_or_404(execution.pk, agent_token(request))
         return Response(record_answer(execution), status=201)
@@ -189,11 +192,11 @@ class ExecutionDetailView(APIView):
     def get(self, request: Request, execution_id: str) -> Response:
         wait = _wait_seconds(request.query_params.get("wait"))
         execution = execution_or_404(execution_id, agent_token(request))
-        if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
+        if execution.deadline_passed and execution_expire(execution_id=execution.pk):
             execution = execution_or_404(execution.pk, agent_token(request))
-        if execution.verdict == "hold" and services.infra_retry_due(execution_id=execution.pk):
+        if execution.verdict == "hold" and infra_retry_due(execution_id=execution.pk):
             # A hold from a lookup our infrastructure lost, whose backoff has passed: looked up again now.
-            services.execution_repreflight(execution_id=execution.pk, trigger="retry")
+            execution_repreflight(execution_id=execution.pk, trigger="retry")
             execution = execution_or_404(execution.pk, agent_token(request))
         deadline = time.monotonic() + wait
         while execution.verdict == "measure" and time.monotonic() < deadline:
@@ -257,7 +260,7 @@ class ExecutionAnswerView(APIView):
         data = AnswersIn(data=request.data)
         data.is_valid(raise_exception=True)
         execution = execution_or_404(execution_id, agent_token(request))
-        services.execution_answer(
+        execution_answer(
             execution_id=execution.pk,
             answers=data.validated_data["answers"],
             remember=data.validated_data.get("remember", []),
@@ -303,7 +306,7 @@ class ExecutionRunView(APIView):
         data = RunIn(data=request.data)
         data.is_valid(raise_exception=True)
         execution = execution_or_404(execution_id, agent_token(request))
-        outcome = services.execution_run(
+        outcome = execution_run(
             execution_id=execution.pk, token=data.validated_data["grant"], actor=actor(request)
         )
         body: dict[str, Any] = {"outcome": outcome.outcome, "result": outcome.result}

@@ -11,10 +11,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console import services
 from console.api.common import actor, errors
 from console.api.fields import AnyJSON, JSONObject, Number, Object, Text
 from console.models import Measure
+from console.services.measures import measure_create
 
 
 class MeasureIn(serializers.Serializer[JSONObject]):
@@ -52,7 +52,7 @@ class MeasureCreateView(APIView):
         data = MeasureIn(data=request.data)
         data.is_valid(raise_exception=True)
         v: dict[str, Any] = data.validated_data
-        measure, created = services.measure_create(
+        measure, created = measure_create(
             name=v["name"],
             kind=v["kind"],
             url=v.get("url", ""),

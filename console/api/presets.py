@@ -9,9 +9,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console import models, services
+from console import models
 from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors
 from console.api.fields import AnyJSON, JSONObject
+from console.selectors.presets import preset_list
+from console.services.presets import preset_revoke
 
 
 class PresetOut(serializers.Serializer[models.Preset]):
@@ -43,7 +45,7 @@ class PresetListView(APIView):
         query = PresetQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         principal = query.validated_data["principal"]
-        presets = services.preset_list(principal=principal, token=agent_token(request))
+        presets = preset_list(principal=principal, token=agent_token(request))
         # many=True makes a list serializer of instances, which the stubs do not model.
         return Response(PresetOut(presets, many=True).data)  # type: ignore[arg-type]
 
@@ -57,5 +59,5 @@ class PresetRevokeView(APIView):
         responses={200: PresetOut, **errors(404)},
     )
     def delete(self, request: Request, preset_id: int) -> Response:
-        preset = services.preset_revoke(preset_id=preset_id, actor=actor(request), token=agent_token(request))
+        preset = preset_revoke(preset_id=preset_id, actor=actor(request), token=agent_token(request))
         return Response(PresetOut(preset).data)

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from console import models, services
+from console import models
 from console.demo import bank, inprocess
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
+from console.services.measures import measure_create
 
 ALICE_MAIN = "DE89370400440532013000"
 ALICE_SAVINGS = "DE75512108001245126199"
@@ -20,14 +23,14 @@ BOB = "DE02120300000000202051"
 
 def register_bank() -> None:
     inprocess.register()
-    services.catalog_import(
+    catalog_import(
         server=bank.SERVER,
         tools=inprocess.tool_definitions(bank.SERVER),
         annotations_trusted=True,
         connector={"kind": "python"},
         actor="demo",
     )
-    services.measure_create(name="bank.balance", kind="python", timeout_s=2, actor="demo")
+    measure_create(name="bank.balance", kind="python", timeout_s=2, actor="demo")
 
 
 def span(text: str, part: str, turn: int = 0) -> dict[str, int]:
@@ -77,4 +80,4 @@ def transfer_request(
 
 def held_transfer(**kwargs: Any) -> models.Execution:
     """A transfer as submitted by an agent: its first verdict is `ask` (the source account is missing)."""
-    return services.execution_create(body=transfer_request(**kwargs), token=None, actor="demo")
+    return execution_create(body=transfer_request(**kwargs), token=None, actor="demo")

@@ -51,12 +51,14 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from console import connectors, models, records, services
+from console import connectors, models, storage
 from console.connectors import tools as connector_tools
 from console.errors import ServiceError
 from console.gateway import auth, elicitation
 from console.gateway import services as gateway_services
 from console.gateway.upstream import Upstream
+from console.services.executions import execution_answer, execution_create
+from console.services.gate import execution_run, grant_issue
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +282,7 @@ class Gateway:
         if isinstance(checked, types.CallToolResult):
             return checked
         contract = checked
-        engine = records.engine_contract(contract)
+        engine = storage.engine_contract(contract)
         if engine.read_only and contract.definition.get("annotations", {}).get("destructiveHint") is not True:
             await _db(
                 gateway_services.gateway_read_only_pass,
@@ -297,9 +299,7 @@ class Gateway:
             return types.CallToolResult.model_validate(result)
         body = self._body(exposed, name, arguments, meta if isinstance(meta, Mapping) else {})
         try:
-            execution = await _db(
-                services.execution_create, body=body, token=self._caller(), actor=self._actor()
-            )
+            execution = await _db(execution_create, body=body, token=self._caller(), actor=self._actor())
         except ServiceError as exc:
             return _text(f"{exc.code}: {exc.detail}", error=True)
         return await self._advance(ctx, exposed, str(execution.pk), caps)
@@ -420,7 +420,7 @@ class Gateway:
             if answers:
                 try:
                     await _db(
-                        services.execution_answer,
+                        execution_answer,
                         execution_id=execution_id,
                         answers=answers,
                         answered_by=self.principal,
@@ -697,7 +697,7 @@ class Gateway:
         token = latest.get("grant")
         if token is None:
             try:
-                await _db(services.grant_issue, execution_id=execution_id)
+                await _db(grant_issue, execution_id=execution_id)
             except ServiceError as exc:
                 return _text(f"{exc.code}: {exc.detail}", error=True, record=summary)
             token = (await _db(_record, execution_id=execution_id)).get("grant")
@@ -712,7 +712,7 @@ class Gateway:
 
         try:
             outcome = await _db(
-                services.execution_run,
+                execution_run,
                 execution_id=execution_id,
                 token=token,
                 actor=self._actor(),
@@ -835,7 +835,7 @@ def _elicit_result(response: Any) -> types.ElicitResult | None:
 
 
 def _record(*, execution_id: str) -> dict[str, Any]:
-    return records.record_answer(models.Execution.objects.get(pk=execution_id))
+    return storage.record_answer(models.Execution.objects.get(pk=execution_id))
 
 
 def _pinned_definitions(*, server: str) -> dict[str, tuple[dict[str, Any], bool, frozenset[str]]]:
@@ -846,6 +846,6 @@ def _pinned_definitions(*, server: str) -> dict[str, tuple[dict[str, Any], bool,
     out: dict[str, tuple[dict[str, Any], bool, frozenset[str]]] = {}
     for row in rows:
         definition = {k: v for k, v in row.definition.items() if k != "x-preflight"}
-        effects = frozenset(records.engine_contract(row).extension.effects)
+        effects = frozenset(storage.engine_contract(row).extension.effects)
         out[row.name] = (definition, row.annotations_trusted, effects)
     return out

@@ -1,5 +1,5 @@
-"""The gateway's own writes. Same rules as console/services.py: keyword-only, one transaction each, every
-action on the audit chain. Everything else the gateway does goes through console/services.py, as the REST
+"""The gateway's own writes. Same rules as console/services/: keyword-only, one transaction each, every
+action on the audit chain. Everything else the gateway does goes through console/services/, as the REST
 API's calls do (execution_create, execution_answer, execution_run)."""
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from console import models, records, services
+from console import models, storage
 from console.audit import audit_append
+from console.services.catalog import _extension_of
+from console.services.common import lock_execution
+from console.services.preflights import _store_record
 from preflight import ContractError, contract_from_mcp
 from preflight.approvals import value_digest
 from preflight.canonical import canonical_json, digest
@@ -46,7 +49,7 @@ def live_digest(
             server,
             tool,
             annotations_trusted=annotations_trusted,
-            extension=services._extension_of(tool, sidecar),
+            extension=_extension_of(tool, sidecar),
         ).digest
     except ContractError:
         found = None
@@ -137,9 +140,7 @@ def gateway_pin_refusal(
     }
     # The caller's token owns it, as any execution it submits: the REST API shows it to that token only.
     execution = models.Execution(principal=principal, token=token, request=request, verdict="")
-    services._store_record(
-        execution, record, pinned, trigger="create", audit={"actor": actor, "pin_refused": True}
-    )
+    _store_record(execution, record, pinned, trigger="create", audit={"actor": actor, "pin_refused": True})
     return execution
 
 
@@ -173,7 +174,7 @@ def gateway_read_only_pass(
 @transaction.atomic
 def gateway_decline(*, execution_id: Any, action: str, asked: list[str], principal: str, actor: str) -> None:
     """The user declined or cancelled an elicitation: recorded, and the call ends with nothing executed."""
-    execution = services.lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     audit_append(
         kind="elicitation_" + ("declined" if action == "decline" else "cancelled"),
         execution_id=execution.pk,
@@ -184,8 +185,8 @@ def gateway_decline(*, execution_id: Any, action: str, asked: list[str], princip
 @transaction.atomic
 def gateway_confirm(*, execution_id: Any, payload: Any, principal: str, actor: str) -> None:
     """The user's yes to the call (a trusted `destructiveHint`), bound to the payload it was shown."""
-    execution = services.lock_execution(execution_id)
-    latest = records.latest_record(execution)
+    execution = lock_execution(execution_id)
+    latest = storage.latest_record(execution)
     audit_append(
         kind="action_confirmed",
         execution_id=execution.pk,

@@ -10,7 +10,7 @@ a connection with nothing to read is taken as usable, and one with something to 
 would wait for TCP to give up); the query that finds out fails, the request is a 503, and Django drops the
 connection after it.
 
-`pipelined` sends several reads in one round trip (console/records.py `raw_reads`).
+`pipelined` sends several reads in one round trip (console/storage.py `raw_reads`).
 """
 
 from __future__ import annotations

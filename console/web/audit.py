@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from console import models
 from console.audit import verify_all
-from console.records import record_body_digest
+from console.storage import record_body_digest
 from console.web.access import AUDITOR, role_required
 from console.web.csv_cells import csv_cell
 from console.web.filters import CatalogFilter

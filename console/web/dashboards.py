@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from console import models
-from console.operator_services import (
+from console.selectors.gap_reports import (
     GAP_CLASS_LABELS,
     GAP_CLASS_OWNERS,
     GAP_CLASSES,

@@ -2,7 +2,7 @@
 
 Every page needs a login and the operator role (gap reports can also be read by auditors). Forms post with
 CSRF and work without JavaScript; where htmx is present a few parts swap in place (`{% partialdef %}`).
-Writes go through console/operator_services.py, which appends to the audit chain.
+Writes go through console/services/, which appends to the audit chain.
 """
 
 from __future__ import annotations
@@ -20,8 +20,36 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console import models, notifications
-from console import operator_services as ops
 from console.errors import ServiceError
+from console.selectors import catalog as catalog_selectors
+from console.selectors.catalog import contract_preview, pretty_json
+from console.selectors.gap_reports import (
+    GAP_CLASSES,
+    REPORTABLE_CLASSES,
+    default_title,
+    gap_evidence,
+    gap_kind,
+    report_json,
+    report_markdown,
+)
+from console.selectors.rules import checklist_parts, rule_slots
+from console.selectors.sidecars import (
+    SidecarCheck,
+    sidecar_arguments,
+    sidecar_check,
+    sidecar_export,
+    sidecar_of,
+)
+from console.services.catalog import (
+    PastedCatalogError,
+    catalog_import_from_mcp,
+    catalog_import_pasted,
+    mcp_connector,
+    server_set_trust,
+)
+from console.services.gap_reports import gap_report_create, gap_report_set_status
+from console.services.rules import RulesCheck, check_rules_text, next_version, ruleset_save
+from console.services.sidecars import SidecarSaved, sidecar_compose, sidecar_import, sidecar_save
 from console.web.access import has_role, role_required
 from console.web.requests import SignedInRequest
 from preflight.canonical import digest
@@ -42,7 +70,7 @@ def _render(
 
 
 class GapReportForm(forms.Form):
-    cls = forms.ChoiceField(choices=[(c, c) for c in ops.GAP_CLASSES], widget=forms.HiddenInput)
+    cls = forms.ChoiceField(choices=[(c, c) for c in GAP_CLASSES], widget=forms.HiddenInput)
     server = forms.CharField(max_length=200, widget=forms.HiddenInput)
     tool = forms.CharField(max_length=200, widget=forms.HiddenInput)
     slot = forms.CharField(max_length=500, widget=forms.HiddenInput)
@@ -77,7 +105,7 @@ def gap_report_new(request: SignedInRequest) -> HttpResponse:
             status=400,
         )
     try:
-        evidence = ops.gap_evidence(
+        evidence = gap_evidence(
             cls=key["cls"],
             server=key["server"],
             tool=key["tool"],
@@ -93,7 +121,7 @@ def gap_report_new(request: SignedInRequest) -> HttpResponse:
         form = GapReportForm(request.POST)
         if form.is_valid():
             try:
-                report = ops.gap_report_create(**form.cleaned_data, user=request.user)
+                report = gap_report_create(**form.cleaned_data, user=request.user)
             except ServiceError as exc:
                 problem = exc.detail
             else:
@@ -103,11 +131,11 @@ def gap_report_new(request: SignedInRequest) -> HttpResponse:
             initial={
                 **key,
                 "contract_digest": evidence.contract_digest,
-                "title": ops.default_title(evidence),
+                "title": default_title(evidence),
                 "detail": evidence.details[0] if evidence.details else "",
             }
         )
-    if key["cls"] not in ops.REPORTABLE_CLASSES:
+    if key["cls"] not in REPORTABLE_CLASSES:
         problem = problem or f"{key['cls']} is not sent to providers; only provider gaps are."
     open_reports = models.GapReport.objects.filter(
         server=key["server"], tool=key["tool"], slot=key["slot"], status__in=("open", "sent")
@@ -148,8 +176,8 @@ def _report(pk: int) -> models.GapReport:
 def _report_context(request: SignedInRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
     return {
         "report": report,
-        "kind": ops.gap_kind(report.cls, report.slot),
-        "export": ops.report_json(report),
+        "kind": gap_kind(report.cls, report.slot),
+        "export": report_json(report),
         "history": [{**h, "at": datetime.fromisoformat(h["at"])} for h in report.history],
         "status_form": StatusForm(initial={"status": report.status}),
         "can_edit": has_role(request.user, "operator"),
@@ -172,7 +200,7 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
     problem = ""
     if form.is_valid():
         try:
-            report = ops.gap_report_set_status(
+            report = gap_report_set_status(
                 report_id=report.pk,
                 status=form.cleaned_data["status"],
                 note=form.cleaned_data["note"],
@@ -197,9 +225,9 @@ def gap_report_export(request: SignedInRequest, pk: int, fmt: str) -> HttpRespon
     name = f"gap-report-{report.pk}-{report.server}-{report.tool}"
     name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
     if fmt == "md":
-        response = HttpResponse(ops.report_markdown(report), content_type="text/markdown; charset=utf-8")
+        response = HttpResponse(report_markdown(report), content_type="text/markdown; charset=utf-8")
     elif fmt == "json":
-        body = json.dumps(ops.report_json(report), indent=2, ensure_ascii=False) + "\n"
+        body = json.dumps(report_json(report), indent=2, ensure_ascii=False) + "\n"
         response = HttpResponse(body, content_type="application/json; charset=utf-8")
     else:
         raise Http404("export formats: md, json")
@@ -278,20 +306,20 @@ def _import_result(request: SignedInRequest, result: Any) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @operator_only
 def catalog_import(request: SignedInRequest) -> HttpResponse:
-    problem: ops.PastedCatalogError | None = None
+    problem: PastedCatalogError | None = None
     service_problem = ""
     if request.method == "POST":
         form = PastedImportForm(request.POST)
         if form.is_valid():
             try:
-                result = ops.catalog_import_pasted(
+                result = catalog_import_pasted(
                     server=form.cleaned_data["server"],
                     text=form.cleaned_data["tools"],
                     # Unticked is "not asked", not "distrust": a re-import never drops trust silently.
                     annotations_trusted=form.cleaned_data["annotations_trusted"] or None,
                     user=request.user,
                 )
-            except ops.PastedCatalogError as exc:
+            except PastedCatalogError as exc:
                 problem = exc
             except ServiceError as exc:
                 service_problem = exc.detail
@@ -316,8 +344,8 @@ def catalog_import_mcp(request: SignedInRequest) -> HttpResponse:
         if form.is_valid():
             d = form.cleaned_data
             try:
-                connector = ops.mcp_connector(kind=d["kind"], command=d["command"], url=d["url"])
-                result = ops.catalog_import_from_mcp(
+                connector = mcp_connector(kind=d["kind"], command=d["command"], url=d["url"])
+                result = catalog_import_from_mcp(
                     server=d["server"],
                     connector=connector,
                     annotations_trusted=d["annotations_trusted"] or None,
@@ -418,7 +446,7 @@ def server_trust(request: SignedInRequest, pk: int) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
     problem = ""
     try:
-        ops.server_set_trust(server_id=server.pk, trusted=trusted, user=request.user)
+        server_set_trust(server_id=server.pk, trusted=trusted, user=request.user)
     except ServiceError as exc:
         problem = exc.detail
     server.refresh_from_db()
@@ -447,7 +475,7 @@ def contract_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     older = [v for v in versions if v.created_at < contract.created_at]
     problem = ""
     try:
-        preview = ops.contract_preview(contract)
+        preview = contract_preview(contract)
     except Exception as exc:  # a stored definition that no longer compiles is shown, not a 500
         preview, problem = [], f"{type(exc).__name__}: {exc}"
     return render(
@@ -459,7 +487,7 @@ def contract_detail(request: SignedInRequest, pk: int) -> HttpResponse:
             "previous": older[0] if older else None,
             "preview": preview,
             "preview_problem": problem,
-            "definition": ops.pretty_json(contract.definition),
+            "definition": pretty_json(contract.definition),
             "records": models.PreflightRecord.objects.filter(contract=contract).count(),
         },
     )
@@ -477,7 +505,7 @@ def contract_diff(request: SignedInRequest, pk: int, other: int) -> HttpResponse
             {"title": "Not comparable", "reason": "A diff compares two versions of the same tool."},
             status=400,
         )
-    text = ops.contract_diff(old, new)
+    text = catalog_selectors.contract_diff(old, new)
     lines = [
         (next((k for p, k in _DIFF_KINDS if line.startswith(p)), ""), line) for line in text.splitlines()
     ]
@@ -542,12 +570,12 @@ def rules(request: SignedInRequest) -> HttpResponse:
         )
     recent = []
     for rec in models.PreflightRecord.objects.order_by("-created_at").select_related("execution")[:20]:
-        parts = ops.checklist_parts(rec.checklist_version)
+        parts = checklist_parts(rec.checklist_version)
         recent.append(
             {
                 "record": rec,
                 "rules": parts["rules"],
-                "rule_slots": ops.rule_slots(rec.record),
+                "rule_slots": rule_slots(rec.record),
                 "tool": f"{rec.record.get('server')}/{rec.record.get('tool')}",
             }
         )
@@ -572,17 +600,17 @@ def rules_edit(request: SignedInRequest, name: str = "") -> HttpResponse:
         current = models.RuleSet.objects.filter(name=name).order_by("-created_at").first()
         if current is None:
             raise Http404(f"no rules named {name}")
-    check: ops.RulesCheck | None = None
+    check: RulesCheck | None = None
     problem = ""
     saved: models.RuleSet | None = None
     if request.method == "POST":
         form = RulesForm(request.POST)
         if form.is_valid():
             text = form.cleaned_data["text"]
-            check = ops.check_rules_text(text)
+            check = check_rules_text(text)
             if request.POST.get("action") == "save" and check.ok:
                 try:
-                    saved = ops.ruleset_save(text=text, user=request.user)
+                    saved = ruleset_save(text=text, user=request.user)
                 except ServiceError as exc:
                     problem = exc.detail
                 else:
@@ -594,7 +622,7 @@ def rules_edit(request: SignedInRequest, name: str = "") -> HttpResponse:
     else:
         if current is not None:
             data = dict(current.data)
-            data["version"] = ops.next_version(str(data.get("version", "1")))
+            data["version"] = next_version(str(data.get("version", "1")))
             text = json.dumps(data, indent=2, ensure_ascii=False)
         else:
             text = json.dumps(RULES_TEMPLATE, indent=2, ensure_ascii=False)
@@ -672,15 +700,15 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
     row = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
     if not row.valid:
         raise Http404("an invalid definition has no contract to write a side-car for")
-    current = ops.sidecar_of(row)
-    arguments = ops.sidecar_arguments(row)
-    check: ops.SidecarCheck | None = None
+    current = sidecar_of(row)
+    arguments = sidecar_arguments(row)
+    check: SidecarCheck | None = None
     problem = ""
-    saved: ops.SidecarSaved | None = None
+    saved: SidecarSaved | None = None
     if request.method == "POST":
         form = SidecarForm(request.POST)
         form.is_valid()
-        extension, compose_problem = ops.sidecar_compose(
+        extension, compose_problem = sidecar_compose(
             text=form.cleaned_data.get("text", ""), fields=_sidecar_fields(form, arguments, request.POST)
         )
         try:
@@ -689,10 +717,10 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
             sample, compose_problem = {}, compose_problem or f"sample values: not JSON ({exc.msg})"
         if not isinstance(sample, dict):
             sample, compose_problem = {}, compose_problem or "sample values: a JSON object of argument values"
-        check = ops.sidecar_check(row=row, extension=extension, problem=compose_problem, sample=sample)
+        check = sidecar_check(row=row, extension=extension, problem=compose_problem, sample=sample)
         if request.POST.get("action") == "save" and check.ok:
             try:
-                saved = ops.sidecar_save(
+                saved = sidecar_save(
                     contract_id=row.pk,
                     extension=extension,
                     why=form.cleaned_data.get("why", ""),
@@ -718,7 +746,7 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
                 "text": text,
             }
         )
-        check = ops.sidecar_check(row=row, extension=current)
+        check = sidecar_check(row=row, extension=current)
     slots = current.get("slots") or {}
     context = {
         "contract": row,
@@ -726,7 +754,7 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
         "check": check,
         "problem": problem,
         "saved": saved,
-        "draft": ops.pretty_json(check.extension) if check and check.extension is not None else "",
+        "draft": pretty_json(check.extension) if check and check.extension is not None else "",
         "arguments": [
             {
                 "name": name,
@@ -750,7 +778,7 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
 @operator_only
 def server_sidecar_export(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
-    body = json.dumps(ops.sidecar_export(server), indent=2, ensure_ascii=False) + "\n"
+    body = json.dumps(sidecar_export(server), indent=2, ensure_ascii=False) + "\n"
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{server.name}.json"'
     return response
@@ -765,7 +793,7 @@ def server_sidecar_import(request: SignedInRequest, pk: int) -> HttpResponse:
     try:
         if upload is None:
             raise ServiceError("invalid", "choose a side-car file")
-        result = ops.sidecar_import(server=server, content=upload.read(), user=request.user)
+        result = sidecar_import(server=server, content=upload.read(), user=request.user)
     except ServiceError as exc:
         problem = exc.detail
     if problem:

@@ -19,8 +19,8 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from console import claim_services
 from console.errors import ServiceError
+from console.services.claims import claim_release, claim_take
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, role_required
 from console.web.requests import SignedInRequest
@@ -56,15 +56,13 @@ def decided(request: SignedInRequest) -> HttpResponse:
 @role_required(APPROVER, what="Claiming an execution")
 @require_POST
 def claim(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
-    return _claim_action(
-        request, claim_services.claim_take, execution_id, "Claimed: the others see it is yours."
-    )
+    return _claim_action(request, claim_take, execution_id, "Claimed: the others see it is yours.")
 
 
 @role_required(APPROVER, what="Releasing a claim")
 @require_POST
 def unclaim(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
-    return _claim_action(request, claim_services.claim_release, execution_id, "Released.")
+    return _claim_action(request, claim_release, execution_id, "Released.")
 
 
 class _ClaimService(Protocol):

@@ -24,8 +24,17 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget
 
-from console import models, review_services, services
+from console import models
 from console.errors import InvalidAnswer, ServiceError
+from console.selectors.review import pending_call_approvals
+from console.services.common import identity
+from console.services.review import (
+    approval_create,
+    execution_approve,
+    execution_expire,
+    execution_reject,
+    execution_reviewer_answer,
+)
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
 from console.web.requests import SignedInRequest
@@ -84,7 +93,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
     latest = models.PreflightRecord.objects.get(execution=execution, seq=execution.records)
     record = latest.record
     approver = has_role(request.user, APPROVER)
-    own = execution.principal == review_services.identity(request.user)
+    own = execution.principal == identity(request.user)
     rejection = _rejection(execution)
     outcome = (
         models.Outcome.objects.filter(
@@ -115,7 +124,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
     if edited:
         ctx.before = values_before_edits(_older_records(execution, latest.seq), edited, ctx)
     rows = slot_rows(record, ctx)
-    pending, why_not = review_services.pending_call_approvals(record)
+    pending, why_not = pending_call_approvals(record)
     grant = models.Grant.objects.filter(record=latest).order_by("-pk").first()
     history = models.PreflightRecord.objects.filter(execution=execution).order_by("-seq")
     payload = record.get("payload")
@@ -263,7 +272,7 @@ def _observations(execution: models.Execution) -> list[ObservationRow]:
 @require_GET
 def review(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
-    if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
+    if execution.deadline_passed and execution_expire(execution_id=execution.pk):
         execution = _execution(execution_id)
     template = REVIEW + "#review" if request.htmx else REVIEW
     return render(request, template, _review_context(request, execution))
@@ -292,7 +301,7 @@ def live(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     if not request.htmx:
         return redirect("review-execution", execution.pk)
-    if execution.deadline_passed and review_services.execution_expire(execution_id=execution.pk):
+    if execution.deadline_passed and execution_expire(execution_id=execution.pk):
         execution = _execution(execution_id)
     if request.GET.get("v") == _version(execution):
         return HttpResponse(status=204)
@@ -339,7 +348,7 @@ def approve_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
         return _done(request, execution)
     slot = form.cleaned_data["slot"]
     try:
-        services.approval_create(
+        approval_create(
             execution_id=execution.pk,
             slot_key=slot,
             value_digest_seen=form.cleaned_data["value_digest"],
@@ -365,7 +374,7 @@ def answer_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     if slot.startswith("arg:") and execution.contract is not None:
         schema = arg_schema(execution.contract.definition, slot[4:])
     try:
-        review_services.execution_reviewer_answer(
+        execution_reviewer_answer(
             execution_id=execution.pk,
             slot_key=slot,
             value=parse_edit(text, schema),
@@ -401,7 +410,7 @@ def approve_execution(request: SignedInRequest, execution_id: UUID) -> HttpRespo
         _form_errors(request, form)
         return _done(request, execution)
     try:
-        stored = review_services.execution_approve(
+        stored = execution_approve(
             execution_id=execution.pk,
             payload_digest_seen=form.cleaned_data["payload_digest"],
             approver=request.user,
@@ -427,7 +436,7 @@ def reject(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
         context["url"] = reverse("review-reject", args=[execution.pk])
         return render(request, "console/review/reject_confirm.html", context)
     try:
-        review_services.execution_reject(
+        execution_reject(
             execution_id=execution.pk,
             reason=form.cleaned_data["reason"],
             reviewer=request.user,

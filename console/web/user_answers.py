@@ -15,9 +15,10 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from console import models, records, services
+from console import models, storage
 from console.errors import ServiceError
-from console.review_services import identity
+from console.services.common import identity
+from console.services.executions import execution_answer
 from console.web.requests import SignedInRequest
 from console.web.review_rows import arg_schema, parse_edit
 
@@ -47,7 +48,7 @@ def user_answers(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
             try:
                 value = parse_edit(form.cleaned_data["value"], schema)
                 who = identity(request.user)
-                services.execution_answer(
+                execution_answer(
                     execution_id=execution.pk,
                     answers={slot: value},
                     answered_by=who,
@@ -61,7 +62,7 @@ def user_answers(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
             else:
                 messages.success(request, f"{slot}: recorded. Go back to your assistant and accept there.")
         return redirect("user-answers", execution_id=execution.pk)
-    latest = records.record_answer(execution)
+    latest = storage.record_answer(execution)
     questions = [
         {**q, "schema_json": json.dumps(q.get("schema"), indent=2, sort_keys=True)}
         for q in latest.get("questions") or []

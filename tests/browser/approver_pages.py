@@ -9,8 +9,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from playwright.sync_api import expect
 
-from console import models, services
+from console import models
 from console.demo.review_data import ALICE_MAIN, span
+from console.services.catalog import catalog_import
+from console.services.executions import execution_answer, execution_create
 
 # Held on every call: its description states a rule in prose only (a provider gap).
 DELETE_REPO: dict[str, Any] = {
@@ -29,7 +31,7 @@ def person(username: str, role: str, *, password: str | None = None) -> Any:
 
 
 def register_repo() -> None:
-    services.catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
+    catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
 
 
 def held_deletion(repo: str, principal: str = "user:dave") -> models.Execution:
@@ -44,12 +46,12 @@ def held_deletion(repo: str, principal: str = "user:dave") -> models.Execution:
         "action_name": span(text, "Delete"),
         "timing": {"mode": "immediate", "pointer": span(text, "now")},
     }
-    return services.execution_create(body=body, token=None, actor="test")
+    return execution_create(body=body, token=None, actor="test")
 
 
 def user_answers(execution: models.Execution, answers: dict[str, Any]) -> None:
     """The requesting user's answers, relayed by the agent (the user's channel)."""
-    services.execution_answer(
+    execution_answer(
         execution_id=execution.pk,
         answers=answers,
         answered_by=execution.principal,

@@ -22,7 +22,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from playwright.sync_api import expect
 
-from console import models, services, tasks
+from console import models, tasks
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -53,7 +55,7 @@ def held_payment(amount: int = 900) -> models.Execution:
     def span(part: str) -> dict[str, int]:
         return {"turn": 0, "start": text.index(part), "end": text.index(part) + len(part)}
 
-    execution = services.execution_create(
+    execution = execution_create(
         body={
             "server": "billing",
             "tool": "pay",
@@ -139,7 +141,7 @@ def test_an_approver_is_mailed_and_webhooked_and_the_link_opens_the_review(
     settings: Any,
 ) -> None:
     settings.PREFLIGHT_PUBLIC_URL = live_server.url
-    services.catalog_import(server="billing", tools=[PAY], annotations_trusted=True, actor="test")
+    catalog_import(server="billing", tools=[PAY], annotations_trusted=True, actor="test")
     server = models.Server.objects.get(name="billing")
     hook_url = hooks.pop(0)
 
@@ -174,7 +176,7 @@ def test_an_approver_is_mailed_and_webhooked_and_the_link_opens_the_review(
 def test_a_policy_the_console_refuses_says_why_on_the_field(
     browser_page: Callable[..., Any], settings: Any
 ) -> None:
-    services.catalog_import(server="billing", tools=[PAY], annotations_trusted=True, actor="test")
+    catalog_import(server="billing", tools=[PAY], annotations_trusted=True, actor="test")
     server = models.Server.objects.get(name="billing")
     page = browser_page(person("olga", "operator"))
     page.goto(f"/catalog/servers/{server.pk}/")
@@ -189,7 +191,7 @@ def test_a_policy_the_console_refuses_says_why_on_the_field(
 def test_a_hold_past_its_deadline_shows_as_expired_and_cannot_be_approved(
     browser_page: Callable[..., Any], screenshot: Callable[[Any, str], Path], settings: Any
 ) -> None:
-    services.catalog_import(server="billing", tools=[PAY], annotations_trusted=True, actor="test")
+    catalog_import(server="billing", tools=[PAY], annotations_trusted=True, actor="test")
     olga = person("olga", "operator")
     from console import notifications
 

@@ -16,7 +16,9 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from console import models, services
+from console import models
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
 from console.web import dashboards
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -96,37 +98,33 @@ def _at(execution: models.Execution, days_ago: int) -> None:
 
 def seed_gaps() -> None:
     """A month of gaps of every cause; the four newest delete_repo calls are today's."""
-    services.catalog_import(
-        server="repo", tools=[DELETE_REPO, PURGE], annotations_trusted=False, actor="test"
-    )
-    services.catalog_import(
-        server="bank", tools=[TRANSFER, CLOSE_ACCOUNT], annotations_trusted=False, actor="test"
-    )
-    services.catalog_import(server="crm", tools=[SYNC_CONTACT], annotations_trusted=False, actor="test")
+    catalog_import(server="repo", tools=[DELETE_REPO, PURGE], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER, CLOSE_ACCOUNT], annotations_trusted=False, actor="test")
+    catalog_import(server="crm", tools=[SYNC_CONTACT], annotations_trusted=False, actor="test")
     for i in range(4):
         text = f"Delete the repository acme/repo{i} now."
         body = request("repo", "delete_repo", text, {"repo": f"acme/repo{i}"}, "Delete")
-        services.execution_create(body=body, token=None, actor="test")
-    services.execution_create(
+        execution_create(body=body, token=None, actor="test")
+    execution_create(
         body=request("repo", "purge_cache", "Purge the cache now.", {}, "Purge"), token=None, actor="test"
     )
     for amount in ("120", "75", "300"):
-        services.execution_create(body=transfer(amount), token=None, actor="test")
+        execution_create(body=transfer(amount), token=None, actor="test")
     # Older history, never touching delete_repo (the report below counts exactly four records of it).
     for day in range(1, 28):
         for _ in range(1 + (day * 7) % 4):
-            _at(services.execution_create(body=transfer(str(10 + day)), token=None, actor="test"), day)
+            _at(execution_create(body=transfer(str(10 + day)), token=None, actor="test"), day)
         if day % 3 == 0:
             body = request("repo", "purge_cache", "Purge the cache now.", {}, "Purge")
-            _at(services.execution_create(body=body, token=None, actor="test"), day)
+            _at(execution_create(body=body, token=None, actor="test"), day)
         if day % 4 == 1:
             text = "Close my old account now."
             body = request("bank", "close_account", text, {}, "Close")
-            _at(services.execution_create(body=body, token=None, actor="test"), day)
+            _at(execution_create(body=body, token=None, actor="test"), day)
         if day % 9 == 2:
             text = "Copy Dana to the CRM now."
             _at(
-                services.execution_create(
+                execution_create(
                     body=request("crm", "sync_contact", text, {}, "Copy"), token=None, actor="test"
                 ),
                 day,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
-from console import services
 from console.demo import review_data
+from console.services.catalog import catalog_import
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -45,7 +45,7 @@ CLIPPED_LABELS = """() => [...document.querySelectorAll('svg text')].filter(t =>
 @pytest.fixture
 def history() -> Any:
     review_data.register_bank()
-    services.catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
+    catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
     execution = review_data.held_transfer()
     review_data.held_transfer(principal="user:bob", amount=75, memo=None)
     return execution

@@ -14,9 +14,10 @@ import pytest
 from approver_pages import edit, person, settle_all_but_the_call, slot, user_answers
 from playwright.sync_api import expect
 
-from console import models, review_services
+from console import models
 from console.demo import review_data
 from console.demo.review_data import ALICE_MAIN
+from console.services.review import execution_reviewer_answer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -162,7 +163,7 @@ def test_an_approver_approves_an_execution_by_keyboard_alone(
 ) -> None:
     # Another approver's memo waits for a second approver; the user then consents to the call with it.
     user_answers(held, {"arg:memo": "rent", "arg:from_account": ALICE_MAIN})
-    review_services.execution_reviewer_answer(
+    execution_reviewer_answer(
         execution_id=held.pk,
         slot_key="arg:memo",
         value="rent for December",

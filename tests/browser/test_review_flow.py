@@ -12,9 +12,11 @@ import pytest
 from approver_pages import edit, person, slot, user_answers
 from playwright.sync_api import expect
 
-from console import models, services
+from console import models
 from console.demo import review_data
 from console.demo.review_data import ALICE_MAIN, ALICE_SAVINGS, BOB
+from console.services.executions import execution_answer, execution_create
+from console.services.review import approval_create
 from preflight.approvals import value_digest
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -30,8 +32,8 @@ def test_an_approver_reviews_a_held_transfer_until_it_may_execute(
     execution = review_data.held_transfer()
     # Two calls made from one conversation state, and one more: the queue lists the pair together.
     twins = review_data.transfer_request(amount=40, to_account=ALICE_SAVINGS, memo=None)
-    services.execution_create(body=twins, token=None, actor="test")
-    services.execution_create(body=twins, token=None, actor="test")
+    execution_create(body=twins, token=None, actor="test")
+    execution_create(body=twins, token=None, actor="test")
     review_data.held_transfer(principal="user:bob", amount=75, memo=None)
     person("carol", "approver", password="carol-pass-Preflight1")
 
@@ -96,14 +98,14 @@ def test_an_approvers_edit_waits_for_another_approver_and_shows_what_changed(
     review_data.register_bank()
     execution = review_data.held_transfer()
     frank = person("frank", "approver")
-    services.execution_answer(
+    execution_answer(
         execution_id=execution.pk,
         answers={"arg:memo": "rent"},
         answered_by="user:frank",
         channel="reviewer",
         actor="t",
     )
-    services.approval_create(
+    approval_create(
         execution_id=execution.pk,
         slot_key="arg:memo",
         value_digest_seen=value_digest("rent"),
@@ -132,7 +134,7 @@ def test_every_review_form_works_without_javascript(browser_page: Callable[..., 
     review_data.register_bank()
     execution = review_data.held_transfer()
     person("frank", "approver")
-    services.execution_answer(
+    execution_answer(
         execution_id=execution.pk,
         answers={"arg:memo": "rent"},
         answered_by="user:frank",

@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from console import connectors, models, records, services
+from console import connectors, models, storage
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
+from console.services.gate import execution_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +38,7 @@ def test_an_operator_writes_the_side_car_of_a_held_real_tool_and_the_same_execut
     tool = next(
         t for t in json.loads(CATALOG.read_text(encoding="utf-8"))["tools"] if t["name"] == "write_file"
     )
-    services.catalog_import(
+    catalog_import(
         server="fs", tools=[tool], annotations_trusted=False, connector={"kind": "python"}, actor="test"
     )
     written: list[dict[str, Any]] = []
@@ -52,7 +55,7 @@ def test_an_operator_writes_the_side_car_of_a_held_real_tool_and_the_same_execut
         "action_name": span("Write"),
         "timing": {"mode": "immediate", "pointer": span("now")},
     }
-    execution = services.execution_create(body=body, token=None, actor="test")
+    execution = execution_create(body=body, token=None, actor="test")
     assert execution.verdict == "hold"
     held = models.ToolContract.objects.get(server__name="fs", name="write_file", current=True)
 
@@ -98,8 +101,8 @@ def test_an_operator_writes_the_side_car_of_a_held_real_tool_and_the_same_execut
 
     execution.refresh_from_db()
     assert execution.verdict == "execute"
-    answer = records.record_answer(execution)
+    answer = storage.record_answer(execution)
     assert answer["slots"] and answer["grant"]
-    outcome = services.execution_run(execution_id=execution.pk, token=answer["grant"], actor="agent")
+    outcome = execution_run(execution_id=execution.pk, token=answer["grant"], actor="agent")
     assert outcome.outcome == "executed"
     assert written == [{"path": "/tmp/notes.txt", "content": "hello"}]

@@ -67,14 +67,14 @@ def test_beat_runs_the_sweep() -> None:
 def test_an_mcp_run_connects_and_calls_inside_the_web_workers_limit_whatever_was_configured(
     settings: Any,
 ) -> None:
-    from console import services
+    from console.services.gate import _run_timeouts
 
     limit = settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S
     for connector in (
         {"kind": "mcp_http", "url": "https://tools.example/mcp"},  # defaults: 30 s call, connect max(30, 10)
         {"kind": "mcp_stdio", "command": "x", "timeout_s": 300, "connect_timeout_s": 120},  # stored before
     ):
-        fitted, timeout = services._run_timeouts(connector)
+        fitted, timeout = _run_timeouts(connector)
         assert timeout <= limit
         assert fitted["connect_timeout_s"] + timeout <= limit + 5  # +1 s grace: inside the margin
         assert timeout + fitted["connect_timeout_s"] + 1 < settings.PREFLIGHT_WEB_TIMEOUT_S - 5

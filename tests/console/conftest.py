@@ -10,9 +10,11 @@ import pytest
 from console_helpers import GET_BALANCE, TRANSFER, WIRE, Agent, Downstream, make_agent, make_operator
 
 from config import celery_app
-from console import connectors, services, signing
+from console import connectors, signing
 from console.connectors import measures
 from console.connectors import tools as connector_tools
+from console.services.catalog import catalog_import
+from console.services.measures import measure_create
 
 
 @pytest.fixture(autouse=True)
@@ -64,15 +66,15 @@ def quick_operator(db: None) -> Agent:
 
 
 def import_bank() -> None:
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[TRANSFER, GET_BALANCE],
         annotations_trusted=True,
         connector={"kind": "python"},
         actor="test",
     )
-    services.catalog_import(server="wires", tools=[WIRE], annotations_trusted=False, actor="test")
-    services.measure_create(name="bank.balance", kind="python", timeout_s=2, actor="test")
+    catalog_import(server="wires", tools=[WIRE], annotations_trusted=False, actor="test")
+    measure_create(name="bank.balance", kind="python", timeout_s=2, actor="test")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import psycopg
 from django.db import connection
 from rest_framework.test import APIClient
 
-from console import services
+from console.services.tokens import agent_token_create
 
 ALICE_MAIN = "DE89370400440532013000"
 ALICE_SAVINGS = "DE75512108001245126199"
@@ -174,7 +174,7 @@ class Agent:
 
 
 def make_agent() -> Agent:
-    _, token = services.agent_token_create(name="test-agent")
+    _, token = agent_token_create(name="test-agent")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return Agent(client, token)
@@ -184,7 +184,7 @@ def make_operator(username: str = "olga") -> Agent:
     """An API client holding an operator token of `username`, a console user with the operator role."""
     from django.contrib.auth.models import Group, User
 
-    from console.operator_services import operator_token_create
+    from console.services.tokens import operator_token_create
 
     user, _ = User.objects.get_or_create(username=username)
     user.groups.add(Group.objects.get_or_create(name="operator")[0])

@@ -17,7 +17,9 @@ from console_helpers import (
     transfer_request,
 )
 
-from console import models, services
+from console import models
+from console.services.catalog import catalog_import
+from console.services.executions import execution_repreflight
 
 pytestmark = pytest.mark.django_db
 
@@ -164,7 +166,7 @@ def test_an_answer_for_an_undeclared_argument_is_a_slot_that_reaches_the_payload
 ) -> None:
     open_tool = copy.deepcopy(TRANSFER)
     del open_tool["inputSchema"]["additionalProperties"]
-    services.catalog_import(server="bank", tools=[open_tool], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[open_tool], annotations_trusted=False, actor="test")
     record = agent.post("/api/v1/executions", transfer_request()).json()
 
     after = answer(agent, record, {"arg:reference": "INV-7"}).json()
@@ -182,7 +184,7 @@ def test_remember_makes_a_preset_only_where_the_slot_takes_both_answers_and_pres
 ) -> None:
     strict = copy.deepcopy(TRANSFER)
     strict["x-preflight"]["slots"]["to_account"] = {"sources": ["user_answer", "instruction"]}
-    services.catalog_import(server="bank", tools=[strict], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[strict], annotations_trusted=False, actor="test")
     record = agent.post("/api/v1/executions", transfer_request()).json()
 
     response = answer(agent, record, {"arg:to_account": ALICE_SAVINGS}, remember=["arg:to_account"])
@@ -203,7 +205,7 @@ def test_a_preset_made_during_an_execution_never_settles_a_slot_of_that_executio
     # Were the answer gone, only the preset it made would be left for this execution: it must not count.
     models.Answer.objects.filter(execution_id=record["id"]).delete()
 
-    again = services.execution_repreflight(execution_id=record["id"], trigger="test")
+    again = execution_repreflight(execution_id=record["id"], trigger="test")
 
     assert again.record["verdict"] == "ask"
     assert slot(again.record, "arg:from_account")["status"] == "unknown"
@@ -216,7 +218,7 @@ def test_an_answer_for_a_slot_that_takes_no_answers_is_refused_and_settles_nothi
 ) -> None:
     strict = copy.deepcopy(TRANSFER)
     strict["x-preflight"]["slots"]["from_account"] = {"sources": ["instruction"]}
-    services.catalog_import(server="bank", tools=[strict], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[strict], annotations_trusted=False, actor="test")
     record = agent.post("/api/v1/executions", transfer_request(from_account=None)).json()
     assert record["verdict"] != "execute"
 
@@ -235,7 +237,7 @@ def test_an_answer_for_a_look_alike_of_a_declared_argument_holds_and_reaches_no_
 ) -> None:
     open_tool = copy.deepcopy(TRANSFER)
     del open_tool["inputSchema"]["additionalProperties"]
-    services.catalog_import(server="bank", tools=[open_tool], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[open_tool], annotations_trusted=False, actor="test")
     record = agent.post("/api/v1/executions", transfer_request()).json()
 
     after = answer(agent, record, {"arg:\u0430mount": 9000}).json()  # a Cyrillic a

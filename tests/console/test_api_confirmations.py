@@ -11,8 +11,10 @@ import pytest
 from console_helpers import BOB, GET_BALANCE, TRANSFER, Agent, Downstream, transfer_request
 from django.contrib.auth import get_user_model
 
-from console import models, review_services, services
+from console import models
 from console.errors import Conflict, Unprocessable
+from console.services.catalog import catalog_import
+from console.services.review import approval_create, execution_reviewer_answer
 from preflight.approvals import value_digest
 from preflight.canonical import digest
 
@@ -24,7 +26,7 @@ CONFIRM_TO = "confirm:arg:to_account"
 def import_transfer(**extension: Any) -> None:
     tool = copy.deepcopy(TRANSFER)
     tool["x-preflight"].update(extension)
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[tool, GET_BALANCE],
         annotations_trusted=True,
@@ -37,7 +39,7 @@ def import_transfer(**extension: Any) -> None:
 def confirming(bank: Downstream) -> Downstream:
     tool = copy.deepcopy(TRANSFER)
     tool["x-preflight"]["slots"]["to_account"] = {"sources": ["user_answer", "instruction"], "confirm": True}
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[tool, GET_BALANCE],
         annotations_trusted=True,
@@ -171,9 +173,7 @@ def test_a_reviewer_cannot_confirm_for_the_user(agent: Agent, confirming: Downst
     carol = get_user_model().objects.create_user("carol")
 
     with pytest.raises(Unprocessable, match="not_answerable"):
-        review_services.execution_reviewer_answer(
-            execution_id=record["id"], slot_key=CONFIRM_TO, value=True, reviewer=carol
-        )
+        execution_reviewer_answer(execution_id=record["id"], slot_key=CONFIRM_TO, value=True, reviewer=carol)
     assert not models.Answer.objects.filter(execution_id=record["id"]).exists()
     assert confirming.calls == []
 
@@ -183,7 +183,7 @@ def test_an_approver_cannot_approve_a_users_confirmation(agent: Agent, confirmin
     carol = get_user_model().objects.create_user("carol")
 
     with pytest.raises(Conflict, match="not_approvable"):
-        services.approval_create(
+        approval_create(
             execution_id=record["id"],
             slot_key=CONFIRM_TO,
             value_digest_seen=value_digest(digest(BOB)),
@@ -238,18 +238,18 @@ def test_a_value_an_approver_edited_waits_for_another_approver(agent: Agent, ban
     carol = get_user_model().objects.create_user("carol")
     dave = get_user_model().objects.create_user("dave")
 
-    edited = review_services.execution_reviewer_answer(
+    edited = execution_reviewer_answer(
         execution_id=record["id"], slot_key="arg:amount", value=110, reviewer=carol
     )
     assert edited.verdict == "hold"
     with pytest.raises(Conflict, match="four_eyes"):
-        services.approval_create(
+        approval_create(
             execution_id=record["id"],
             slot_key="arg:amount",
             value_digest_seen=value_digest(110),
             approver=carol,
         )
-    services.approval_create(
+    approval_create(
         execution_id=record["id"], slot_key="arg:amount", value_digest_seen=value_digest(110), approver=dave
     )
 

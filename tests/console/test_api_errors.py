@@ -127,10 +127,10 @@ def test_an_unknown_tool_is_404_and_records_nothing(quick_bank: Downstream, quic
 
 
 def test_a_tool_whose_definition_is_invalid_is_422(quick_bank: Downstream, quick_agent: Agent) -> None:
-    from console import services
+    from console.services.catalog import catalog_import
 
     broken = {"name": "broken", "inputSchema": {"type": "object", "properties": {"a": {"type": "nope"}}}}
-    services.catalog_import(server="junk", tools=[broken], annotations_trusted=False, actor="test")
+    catalog_import(server="junk", tools=[broken], annotations_trusted=False, actor="test")
     body = transfer_request() | {"server": "junk", "tool": "broken"}
 
     error_of(quick_agent.post("/api/v1/executions", body), 422, "contract_invalid")

@@ -18,7 +18,8 @@ from console_helpers import (
     transfer_request,
 )
 
-from console import models, services
+from console import models
+from console.services.catalog import catalog_import
 
 pytestmark = pytest.mark.django_db
 
@@ -332,7 +333,7 @@ def test_an_execution_whose_tool_left_the_catalog_holds_instead_of_failing(
     agent: Agent, bank: Downstream
 ) -> None:
     record = agent.post("/api/v1/executions", transfer_request(from_account=None)).json()
-    services.catalog_import(server="bank", tools=[GET_BALANCE], annotations_trusted=True, actor="test")
+    catalog_import(server="bank", tools=[GET_BALANCE], annotations_trusted=True, actor="test")
 
     response = agent.post(
         f"/api/v1/executions/{record['id']}/answers", {"answers": {"fixed:timing": "immediate"}}

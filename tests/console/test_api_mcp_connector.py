@@ -10,8 +10,10 @@ import pytest
 from console_helpers import TRANSFER, Agent, Downstream, make_operator, transfer_request
 from django.conf import settings as django_settings
 
-from console import connectors, models, services
+from console import connectors, models
 from console.egress import parse_allowed_hosts
+from console.services.catalog import catalog_import
+from console.services.measures import measure_create
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = [sys.executable, str(REPO / "tests" / "console" / "mcp_probe_server.py")]
@@ -183,14 +185,14 @@ def test_a_stored_connector_that_smuggles_code_is_refused_at_call_time_and_never
 def test_a_connector_whose_command_left_the_allow_list_is_refused_when_the_gate_runs_it(
     agent: Agent, downstream: Downstream, probe_allowed: list[str], settings: Any
 ) -> None:
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[TRANSFER],
         annotations_trusted=True,
         connector={"kind": "mcp_stdio", "command": PROBE},
         actor="test",
     )
-    services.measure_create(name="bank.balance", kind="python", actor="test")
+    measure_create(name="bank.balance", kind="python", actor="test")
     record = agent.post("/api/v1/executions", transfer_request()).json()
     settings.PREFLIGHT_MCP_STDIO_ALLOW = []
 
@@ -218,7 +220,7 @@ def test_a_measure_that_would_reach_an_unlisted_place_is_refused_and_the_old_one
     quick_operator: Agent, settings: Any, url: str, code: str
 ) -> None:
     settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["127.0.0.1:8765"])  # as a deployment's default
-    services.measure_create(name="bank.balance", kind="http", url="http://127.0.0.1:8765/m", actor="test")
+    measure_create(name="bank.balance", kind="http", url="http://127.0.0.1:8765/m", actor="test")
     before = configuration()
 
     response = quick_operator.post(
@@ -235,14 +237,14 @@ def test_a_server_that_lists_its_tool_otherwise_than_its_contract_gets_no_call(
     agent: Agent, downstream: Downstream, probe_allowed: list[str], settings: Any, tmp_path: Path, change: str
 ) -> None:
     marker = tmp_path / "called"
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[TRANSFER],
         annotations_trusted=True,
         connector={"kind": "mcp_stdio", "command": PROBE},
         actor="test",
     )
-    services.measure_create(name="bank.balance", kind="python", actor="test")
+    measure_create(name="bank.balance", kind="python", actor="test")
     record = agent.post("/api/v1/executions", transfer_request()).json()
     assert record["verdict"] == "execute", record
     before = configuration()
@@ -265,14 +267,14 @@ def test_a_server_that_lists_its_tool_as_imported_is_called_and_the_marker_prove
     agent: Agent, downstream: Downstream, probe_allowed: list[str], settings: Any, tmp_path: Path
 ) -> None:
     marker = tmp_path / "called"
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[TRANSFER],
         annotations_trusted=True,
         connector={"kind": "mcp_stdio", "command": PROBE},
         actor="test",
     )
-    services.measure_create(name="bank.balance", kind="python", actor="test")
+    measure_create(name="bank.balance", kind="python", actor="test")
     record = agent.post("/api/v1/executions", transfer_request()).json()
     settings.PREFLIGHT_MCP_STDIO_ENV = {**settings.PREFLIGHT_MCP_STDIO_ENV, "PROBE_MARKER": str(marker)}
 

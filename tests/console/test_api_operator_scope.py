@@ -12,7 +12,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
-from console import models, services
+from console import models
+from console.services.catalog import catalog_import
+from console.services.measures import measure_create
 
 pytestmark = pytest.mark.django_db
 
@@ -46,8 +48,8 @@ def configuration() -> list[Any]:
 @pytest.fixture
 def configured() -> None:
     """An operator's setup an attacker would like to replace: an untrusted bank and a defined lookup."""
-    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
-    services.measure_create(name="bank.balance", kind="python", timeout_s=2, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
+    measure_create(name="bank.balance", kind="python", timeout_s=2, actor="test")
 
 
 def body_of(response: Any, status: int) -> Any:

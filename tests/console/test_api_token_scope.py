@@ -11,13 +11,15 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
-from console import models, services
+from console import models
+from console.services.executions import execution_create
+from console.services.tokens import agent_token_create
 
 pytestmark = pytest.mark.django_db
 
 
 def agent_for(*principals: str, name: str = "scoped-agent") -> Agent:
-    _, token = services.agent_token_create(name=name, principals=principals)
+    _, token = agent_token_create(name=name, principals=principals)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return Agent(client, token)
@@ -62,7 +64,7 @@ def test_another_tokens_execution_answers_like_an_unknown_one(
 def test_an_execution_created_without_a_token_is_unknown_to_every_agent(
     quick_bank: Downstream, quick_agent: Agent
 ) -> None:
-    execution = services.execution_create(body=transfer_request(), token=None, actor="console")
+    execution = execution_create(body=transfer_request(), token=None, actor="console")
 
     response = quick_agent.get(f"/api/v1/executions/{execution.pk}")
 

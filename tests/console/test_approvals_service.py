@@ -9,8 +9,11 @@ import pytest
 from console_helpers import BOB, TRANSFER, Agent, Downstream, transfer_request
 from django.contrib.auth import get_user_model
 
-from console import models, services
+from console import models
 from console.errors import Conflict
+from console.services.catalog import catalog_import
+from console.services.executions import execution_repreflight
+from console.services.review import approval_create
 from preflight.approvals import value_digest
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +26,7 @@ def confirmed(quick_bank: Downstream) -> Downstream:
         "sources": ["user_answer", "instruction"],
         "confirm": {"by": "approver"},
     }
-    services.catalog_import(
+    catalog_import(
         server="bank", tools=[tool], annotations_trusted=True, connector={"kind": "python"}, actor="test"
     )
     return quick_bank
@@ -35,7 +38,7 @@ def held(agent: Agent) -> dict[str, Any]:
     from console import tasks
 
     tasks.measure_run(record["id"], key)
-    services.execution_repreflight(execution_id=record["id"], trigger="lookups")
+    execution_repreflight(execution_id=record["id"], trigger="lookups")
     held = agent.get(f"/api/v1/executions/{record['id']}").json()
     assert held["verdict"] == "hold", held["reasons"]
     return held
@@ -47,7 +50,7 @@ def test_an_approval_of_the_value_shown_lets_the_execution_through(
     record = held(quick_agent)
     carol = get_user_model().objects.create_user("carol")
 
-    services.approval_create(
+    approval_create(
         execution_id=record["id"],
         slot_key="arg:to_account",
         value_digest_seen=value_digest(BOB),
@@ -65,7 +68,7 @@ def test_the_requester_cannot_approve_their_own_execution(confirmed: Downstream,
     alice = get_user_model().objects.create_user("alice")
 
     with pytest.raises(Conflict, match="own_request"):
-        services.approval_create(
+        approval_create(
             execution_id=record["id"],
             slot_key="arg:to_account",
             value_digest_seen=value_digest(BOB),
@@ -80,7 +83,7 @@ def test_an_approval_of_a_value_that_has_changed_is_refused(
     carol = get_user_model().objects.create_user("carol")
 
     with pytest.raises(Conflict, match="stale_value"):
-        services.approval_create(
+        approval_create(
             execution_id=record["id"],
             slot_key="arg:to_account",
             value_digest_seen=value_digest("DE00"),
@@ -93,7 +96,7 @@ def test_a_slot_that_awaits_no_approval_cannot_be_approved(confirmed: Downstream
     carol = get_user_model().objects.create_user("carol")
 
     with pytest.raises(Conflict, match="not_approvable"):
-        services.approval_create(
+        approval_create(
             execution_id=record["id"],
             slot_key="arg:amount",
             value_digest_seen=value_digest(120),

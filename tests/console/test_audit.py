@@ -11,8 +11,9 @@ from console_helpers import TRANSFER, Agent, Downstream, transfer_request
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
 
-from console import models, services, tasks
+from console import models, tasks
 from console.audit import GENESIS, audit_append, audit_batch
+from console.services.measures import measure_create
 from preflight.canonical import digest
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 def some_history() -> None:
     for i in range(4):
-        services.measure_create(name=f"m{i}", kind="python", actor="test")
+        measure_create(name=f"m{i}", kind="python", actor="test")
 
 
 def verify() -> str:
@@ -136,7 +137,7 @@ def test_when_the_audit_write_fails_the_action_is_not_recorded(
     def broken(**kwargs: object) -> None:
         raise DatabaseError("disk full")
 
-    monkeypatch.setattr(services, "audit_append", broken)
+    monkeypatch.setattr("console.services.catalog.audit_append", broken)
     response = quick_operator.post("/api/v1/catalog/import", {"server": "bank", "tools": [TRANSFER]})
 
     assert response.status_code == 500
@@ -155,7 +156,7 @@ def test_every_link_hash_is_the_digest_of_the_links_canonical_json() -> None:
             execution_id=str(execution_id).upper(),
             body={"nested": {"b": [1, None], "a": True}},
         )
-    services.measure_create(name="m", kind="python", actor="test")  # an action of its own
+    measure_create(name="m", kind="python", actor="test")  # an action of its own
 
     rows = models.AuditEvent.objects.order_by("seq")
     assert [r.kind for r in rows] == ["first", "second", "measure"]
@@ -233,7 +234,7 @@ def _sharded_history(executions: int = 12) -> list[str]:
         with transaction.atomic(), audit_batch():
             audit_append(kind="preflight", execution_id=execution_id, body={"i": i})
             audit_append(kind="grant", execution_id=execution_id, body={"i": i})
-    services.measure_create(name="m", kind="python", actor="test")  # no execution: chain 0
+    measure_create(name="m", kind="python", actor="test")  # no execution: chain 0
     return ids
 
 

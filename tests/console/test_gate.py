@@ -14,7 +14,8 @@ import pytest
 from console_helpers import BOB, Agent, Downstream, make_agent, transfer_request, transfer_v2
 from django.db import connections
 
-from console import models, services, signing
+from console import models, signing
+from console.services.catalog import catalog_import
 from preflight import GrantClaims, GrantSigner
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +58,7 @@ def test_an_expired_grant_is_refused_and_recorded_expired(
 ) -> None:
     record = granted(agent)
     late = datetime.now(UTC) + timedelta(seconds=301)
-    monkeypatch.setattr(services, "_now", lambda: late)
+    monkeypatch.setattr("console.services.common._now", lambda: late)
 
     response = run(agent, record, record["grant"])
 
@@ -120,7 +121,7 @@ def test_a_grant_for_another_execution_is_refused(agent: Agent, bank: Downstream
 def test_a_grant_for_another_contract_version_is_refused(agent: Agent, bank: Downstream) -> None:
     record = granted(agent)
     old_grant = record["grant"]
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[transfer_v2()],
         annotations_trusted=True,

@@ -15,9 +15,13 @@ from console_helpers import GET_BALANCE, Agent, Downstream, make_agent, said, tr
 from django.db import connections
 from rest_framework.test import APIClient
 
-from console import connectors, effect_locks, models, services
+from console import connectors, effect_locks, models
 from console.connectors import measures
 from console.connectors import tools as connector_tools
+from console.services.catalog import catalog_import
+from console.services.gate import grant_issue
+from console.services.measures import measure_create
+from console.services.rules import ruleset_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,10 +75,10 @@ def shop(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> Shop:
     shop = Shop()
     connectors.register_tool("shop", "exchange_items")(shop.exchange_items)
     connectors.register_lookup("shop.order")(shop.order)
-    services.catalog_import(
+    catalog_import(
         server="shop", tools=[EXCHANGE], annotations_trusted=False, connector={"kind": "python"}, actor="test"
     )
-    services.measure_create(name="shop.order", kind="python", timeout_s=2, actor="test")
+    measure_create(name="shop.order", kind="python", timeout_s=2, actor="test")
     return shop
 
 
@@ -108,7 +112,7 @@ def assert_refused(response: Any, code: str) -> None:
 def test_a_catalog_change_voids_a_grant_issued_under_the_old_contract(agent: Agent, bank: Downstream) -> None:
     record = agent.post("/api/v1/executions", transfer_request()).json()
     assert record["verdict"] == "execute", record["reasons"]
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[transfer_v2(), GET_BALANCE],
         annotations_trusted=True,
@@ -126,7 +130,7 @@ def test_a_catalog_change_voids_a_grant_issued_under_the_old_contract(agent: Age
 
 def test_a_tool_removed_from_the_catalog_voids_its_grants(agent: Agent, bank: Downstream) -> None:
     record = agent.post("/api/v1/executions", transfer_request()).json()
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[GET_BALANCE],
         annotations_trusted=True,
@@ -142,7 +146,7 @@ def test_a_rules_change_voids_a_grant_checked_against_the_old_rules(agent: Agent
     record = agent.post("/api/v1/executions", transfer_request()).json()
     assert record["verdict"] == "execute", record["reasons"]
     rule = {"id": "limit", "kind": "condition", "check": "arg.amount <= 100", "on_false": "hold"}
-    services.ruleset_create(data={"id": "acme", "version": "1", "rules": [rule]}, actor="test")
+    ruleset_create(data={"id": "acme", "version": "1", "rules": [rule]}, actor="test")
 
     response = run(agent, record)
 
@@ -155,7 +159,7 @@ def test_a_re_import_of_the_same_contract_leaves_grants_standing(agent: Agent, b
     from console_helpers import TRANSFER
 
     record = agent.post("/api/v1/executions", transfer_request()).json()
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[copy.deepcopy(TRANSFER), GET_BALANCE],
         annotations_trusted=True,
@@ -180,7 +184,7 @@ def test_a_grant_expires_when_the_first_observation_its_conditions_read_goes_sta
 
     assert record["fresh_until"] == (observed_at + timedelta(seconds=60)).isoformat()
     assert expires_at <= observed_at + timedelta(seconds=60)
-    monkeypatch.setattr(services, "_now", lambda: observed_at + timedelta(seconds=61))
+    monkeypatch.setattr("console.services.common._now", lambda: observed_at + timedelta(seconds=61))
     assert_refused(run(agent, record), "grant_expired")
     assert bank.calls == []
 
@@ -191,9 +195,9 @@ def test_a_grant_on_stale_observations_is_not_issued_again_the_lookups_run_again
     record = agent.post("/api/v1/executions", transfer_request()).json()
     lookups = bank.lookups
     later = datetime.now(UTC) + timedelta(seconds=120)
-    monkeypatch.setattr(services, "_now", lambda: later)
+    monkeypatch.setattr("console.services.common._now", lambda: later)
 
-    assert services.grant_issue(execution_id=record["id"]) is None
+    assert grant_issue(execution_id=record["id"]) is None
 
     assert bank.lookups > lookups
     assert models.Grant.objects.filter(execution_id=record["id"]).count() == 1
@@ -303,7 +307,7 @@ def test_a_run_that_cannot_take_its_effect_keys_lock_is_refused_and_recorded(
     holder.start()
     assert held.wait(5)
     settings.PREFLIGHT_TOOL_TIMEOUT_S = 0.05
-    monkeypatch.setattr(services, "EFFECT_LOCK_MARGIN_S", 0.1)  # so it waits 0.2 s for the lock
+    monkeypatch.setattr("console.services.gate.EFFECT_LOCK_MARGIN_S", 0.1)  # so it waits 0.2 s for the lock
     try:
         response = run(agent.client, record)
     finally:

@@ -9,8 +9,10 @@ from console_helpers import Agent, Downstream, said, transfer_request
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from console import models, services
+from console import models
 from console.audit import audit_append, audit_batch, verify_chain
+from console.services.catalog import catalog_import
+from console.services.measures import measure_create
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +40,7 @@ def chain_is_intact() -> bool:
 
 
 def test_appends_in_a_batch_are_linked_in_order_when_it_ends() -> None:
-    services.measure_create(name="before", kind="python", actor="test")
+    measure_create(name="before", kind="python", actor="test")
     with transaction.atomic(), audit_batch():
         audit_append(kind="first", execution_id=None, body={"n": 1})
         with audit_batch():  # a nested block joins the outer one
@@ -54,7 +56,7 @@ def test_a_batch_that_raises_writes_nothing() -> None:
     with pytest.raises(ValueError), transaction.atomic(), audit_batch():
         audit_append(kind="lost", execution_id=None, body={})
         raise ValueError("the action failed")
-    services.measure_create(name="after", kind="python", actor="test")
+    measure_create(name="after", kind="python", actor="test")
 
     assert list(models.AuditEvent.objects.values_list("seq", "kind")) == [(1, "measure")]
 
@@ -92,7 +94,7 @@ def test_a_preflight_takes_the_chain_lock_once(quick_bank: Downstream, quick_age
 
 @pytest.mark.parametrize("case", ["ask", "execute", "measure"])
 def test_the_create_answer_is_the_record_as_it_reads_back(case: str, agent: Agent, bank: Downstream) -> None:
-    services.catalog_import(
+    catalog_import(
         server="board", tools=[NOTE], annotations_trusted=True, connector={"kind": "python"}, actor="test"
     )
     body = {

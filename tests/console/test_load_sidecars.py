@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from console import models, services
+from console import models
+from console.services.catalog import catalog_import
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +28,7 @@ def _provider_gaps(server: str) -> dict[str, list[str]]:
 
 def _import_filesystem() -> list[dict[str, Any]]:
     tools = json.loads(FILESYSTEM_CATALOG.read_text(encoding="utf-8"))["tools"]
-    services.catalog_import(server="mcp-server-filesystem", tools=tools, annotations_trusted=False, actor="t")
+    catalog_import(server="mcp-server-filesystem", tools=tools, annotations_trusted=False, actor="t")
     return list(tools)
 
 

@@ -12,7 +12,10 @@ import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from console_helpers import ALICE_MAIN, Agent, Downstream, said
 
-from console import connectors, models, services, tasks
+from console import connectors, models, tasks
+from console.services.catalog import catalog_import
+from console.services.lookups import LookupResult, lookups_settled, observations_fill
+from console.services.measures import measure_create
 
 N = 3  # lookups in the survey's one frontier
 DELAY_S = 0.3  # how long each slow lookup takes
@@ -63,8 +66,8 @@ class Ledgers:
 
 
 def survey_with(ledgers: Ledgers) -> None:
-    services.catalog_import(server="survey", tools=[SURVEY], annotations_trusted=False, actor="test")
-    services.measure_create(name="survey.ledger", kind="python", timeout_s=2, actor="test")
+    catalog_import(server="survey", tools=[SURVEY], annotations_trusted=False, actor="test")
+    measure_create(name="survey.ledger", kind="python", timeout_s=2, actor="test")
     connectors.register_lookup("survey.ledger")(ledgers)
 
 
@@ -121,7 +124,7 @@ def fills_of(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """How many results each statement that records them recorded, in order: ("fill", n) on their own,
     ("settle", n) with the settle, under the row lock."""
     fills: list[tuple[str, int]] = []
-    fill, settle = services.observations_fill, services.lookups_settled
+    fill, settle = observations_fill, lookups_settled
     settling = False
 
     def counted(*, results: Any) -> int:
@@ -138,8 +141,9 @@ def fills_of(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
         finally:
             settling = False
 
-    monkeypatch.setattr(services, "observations_fill", counted)
-    monkeypatch.setattr(services, "lookups_settled", settled)
+    monkeypatch.setattr("console.services.lookups.observations_fill", counted)
+    monkeypatch.setattr("console.tasks.observations_fill", counted)
+    monkeypatch.setattr("console.tasks.lookups_settled", settled)
     return fills
 
 
@@ -296,10 +300,10 @@ def test_observations_fill_fills_only_pending_rows_counts_them_and_stores_an_err
     at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     nested = {"balance": {"amount": 101.5, "currency": "EUR"}, "flags": [True, None, "x"]}
 
-    filled = services.observations_fill(
+    filled = observations_fill(
         results=[
-            services.LookupResult(rows[0].pk, nested, None, at),
-            services.LookupResult(rows[1].pk, 7, "ledger offline", at),  # an error keeps no value
+            LookupResult(rows[0].pk, nested, None, at),
+            LookupResult(rows[1].pk, 7, "ledger offline", at),  # an error keeps no value
         ]
     )
 
@@ -315,12 +319,8 @@ def test_observations_fill_fills_only_pending_rows_counts_them_and_stores_an_err
     assert stored[rows[2].pk].observed_at is None
 
     later = datetime(2032, 1, 1, tzinfo=UTC)
-    again = services.observations_fill(
-        results=[services.LookupResult(o.pk, "other", None, later) for o in rows[:2]]
-    )
-    mixed = services.observations_fill(
-        results=[services.LookupResult(o.pk, "last", None, later) for o in rows[1:]]
-    )
+    again = observations_fill(results=[LookupResult(o.pk, "other", None, later) for o in rows[:2]])
+    mixed = observations_fill(results=[LookupResult(o.pk, "last", None, later) for o in rows[1:]])
 
     assert (again, mixed) == (0, 1)
     after = {o.pk: o for o in models.Observation.objects.filter(execution_id=execution_id)}
@@ -329,7 +329,7 @@ def test_observations_fill_fills_only_pending_rows_counts_them_and_stores_an_err
         (None, "ledger offline", at),
         ("last", None, later),
     ]
-    assert services.observations_fill(results=[]) == 0
+    assert observations_fill(results=[]) == 0
 
 
 @pytest.mark.django_db

@@ -11,7 +11,12 @@ import pytest
 from console_helpers import ALICE_MAIN, Agent, Downstream, said, transfer_request
 from kombu.exceptions import OperationalError
 
-from console import connectors, models, services, tasks
+from console import connectors, models, tasks
+from console.services.catalog import catalog_import
+from console.services.executions import execution_repreflight
+from console.services.lookups import lookups_settled
+from console.services.measures import measure_create
+from console.services.preflights import MAX_LOOKUPS_PER_KEY
 
 CONVERT: dict[str, Any] = {
     "name": "convert",
@@ -43,9 +48,9 @@ CONVERT: dict[str, Any] = {
 
 @pytest.fixture
 def fx(downstream: Downstream) -> Downstream:
-    services.catalog_import(server="bank", tools=[CONVERT], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[CONVERT], annotations_trusted=False, actor="test")
     for name in ("bank.balance", "bank.currency", "fx.rate"):
-        services.measure_create(name=name, kind="python", timeout_s=1, actor="test")
+        measure_create(name=name, kind="python", timeout_s=1, actor="test")
     connectors.register_lookup("bank.currency")(lambda account: "CHF")
     connectors.register_lookup("fx.rate")(lambda currency: {"CHF": 0.93}[currency])
     return downstream
@@ -111,7 +116,7 @@ def test_a_redelivered_lookup_task_changes_nothing(quick_bank: Downstream, quick
     observations = models.Observation.objects.filter(execution_id=record["id"], key=key)
     assert [(o.value, o.error) for o in observations] == [(2500.0, None)]
     assert quick_bank.lookups == 1
-    services.execution_repreflight(execution_id=record["id"], trigger="lookups")
+    execution_repreflight(execution_id=record["id"], trigger="lookups")
     assert models.Execution.objects.get(pk=record["id"]).verdict == "execute"
 
 
@@ -123,7 +128,7 @@ def test_a_lookup_that_raises_is_an_error_finding_and_holds(
     record = quick_agent.post("/api/v1/executions", transfer_request()).json()
 
     tasks.measure_run(record["id"], record["measures"][0]["key"])
-    services.execution_repreflight(execution_id=record["id"], trigger="lookups")
+    execution_repreflight(execution_id=record["id"], trigger="lookups")
 
     after = quick_agent.get(f"/api/v1/executions/{record['id']}").json()
     assert after["verdict"] == "hold"
@@ -161,10 +166,7 @@ def test_a_lookup_that_is_always_stale_ends_in_a_hold(bank: Downstream, agent: A
     record = agent.post("/api/v1/executions", transfer_request()).json()
 
     assert record["verdict"] == "hold"
-    assert (
-        models.Observation.objects.filter(execution_id=record["id"]).count()
-        == services.MAX_LOOKUPS_PER_KEY + 1
-    )
+    assert models.Observation.objects.filter(execution_id=record["id"]).count() == MAX_LOOKUPS_PER_KEY + 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -210,7 +212,7 @@ def test_a_lookup_lost_with_its_worker_is_an_error_at_the_next_preflight(
     record = quick_agent.post("/api/v1/executions", transfer_request()).json()
     models.Observation.objects.update(dispatched_at=datetime.now(UTC) - timedelta(hours=1))
 
-    services.execution_repreflight(execution_id=record["id"], trigger="answer")
+    execution_repreflight(execution_id=record["id"], trigger="answer")
 
     assert "lost" in (models.Observation.objects.get().error or "")
     assert models.Execution.objects.get(pk=record["id"]).verdict == "hold"
@@ -230,7 +232,7 @@ def test_a_hold_from_a_lost_lookup_is_looked_up_again_at_a_get_once_its_backoff_
     settings.PREFLIGHT_LOOKUP_RETRY_S = 1
     record = quick_agent.post("/api/v1/executions", transfer_request()).json()
     _lose_lookups(record["id"])
-    services.execution_repreflight(execution_id=record["id"], trigger="answer")
+    execution_repreflight(execution_id=record["id"], trigger="answer")
     url = f"/api/v1/executions/{record['id']}"
 
     assert quick_agent.get(url).json()["verdict"] == "hold"  # within its backoff: still the hold
@@ -260,7 +262,7 @@ def test_lost_lookups_are_retried_with_a_doubling_backoff_then_hold_for_good(
     delays = []
     for _ in range(3):
         _lose_lookups(record["id"])
-        services.execution_repreflight(execution_id=record["id"], trigger="answer")
+        execution_repreflight(execution_id=record["id"], trigger="answer")
         lost = models.Observation.objects.filter(execution_id=record["id"]).latest("pk")
         assert lost.observed_at is not None and "lost" in (lost.error or "")
         if lost.retry_after is None:
@@ -309,7 +311,7 @@ def test_get_with_wait_returns_as_soon_as_the_lookups_finish(
         time.sleep(0.3)
         try:
             tasks.measure_run(record["id"], record["measures"][0]["key"])
-            services.lookups_settled(execution_id=record["id"])
+            lookups_settled(execution_id=record["id"])
         finally:
             connections.close_all()
 

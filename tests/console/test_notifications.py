@@ -15,8 +15,9 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.utils import timezone
 
-from console import models, notifications, review_services, tasks
+from console import models, notifications, tasks
 from console.errors import BadInput, Conflict
+from console.services.review import EXPIRED_SLOT, execution_approve, holds_expire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,7 +156,7 @@ def test_a_hold_past_its_deadline_expires_as_a_final_block_the_agent_reads(
     assert execution.expires_at is not None
     assert timedelta(seconds=590) < execution.expires_at - timezone.now() <= timedelta(seconds=600)
 
-    assert review_services.holds_expire(timezone.now()) == 0  # not due yet
+    assert holds_expire(timezone.now()) == 0  # not due yet
     assert tasks.sweep(execution.expires_at + timedelta(seconds=1))["expired"] == 1
 
     after = agent.get(f"/api/v1/executions/{record['id']}").json()
@@ -164,7 +165,7 @@ def test_a_hold_past_its_deadline_expires_as_a_final_block_the_agent_reads(
     assert models.AuditEvent.objects.filter(kind="expiry", execution_id=record["id"]).count() == 1
     carol = get_user_model().objects.create_user("carol")
     with pytest.raises(Conflict) as refused:
-        review_services.execution_approve(
+        execution_approve(
             execution_id=record["id"], payload_digest_seen=after["payload_digest"], approver=carol
         )
     assert refused.value.code == "expired"
@@ -179,7 +180,7 @@ def test_an_approval_after_the_deadline_expires_the_hold_and_is_refused(
     carol = get_user_model().objects.create_user("carol")
 
     with pytest.raises(Conflict) as refused:
-        review_services.execution_approve(
+        execution_approve(
             execution_id=record["id"], payload_digest_seen=record["payload_digest"], approver=carol
         )
 
@@ -205,6 +206,6 @@ def test_the_agent_reading_a_hold_past_its_deadline_gets_the_expiry_without_a_sw
     after = agent.get(f"/api/v1/executions/{record['id']}").json()
 
     assert after["verdict"] == "block"
-    assert any(u["id"] == review_services.EXPIRED_SLOT for u in after["unmet"])
+    assert any(u["id"] == EXPIRED_SLOT for u in after["unmet"])
     refused = agent.post(f"/api/v1/executions/{record['id']}/answers", {"answers": {"arg:memo": "x"}})
     assert refused.status_code == 409 and refused.json()["error"] == "expired"

@@ -13,7 +13,9 @@ from console_helpers import Agent, said
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from console import models, services, tasks
+from console import models, tasks
+from console.services.catalog import catalog_import
+from console.services.lookups import LookupResult, lookups_settled, observations_fill
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the statements are PostgreSQL's")
 
@@ -69,7 +71,7 @@ def posted_sweep(agent: Agent, monkeypatch: pytest.MonkeyPatch) -> str:
     """An execution of the sweep, its first group of lookups pending; the groups' tasks do not run (the tests
     record their results themselves, then settle as the last task would). Its id."""
     monkeypatch.setattr(tasks, "dispatch_lookups", lambda execution_id, keys: True)
-    services.catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[SWEEP], annotations_trusted=False, actor="test")
     response = agent.post("/api/v1/executions", sweep_request())
     assert response.status_code == 201
     assert response.json()["verdict"] == "measure"
@@ -81,11 +83,11 @@ def sweep_request() -> dict[str, Any]:
     return said("bank", "sweep", text, {"customer": "C-1001", "amount": 10}, action="Sweep")
 
 
-def lookup_results(execution_id: str) -> list[services.LookupResult]:
+def lookup_results(execution_id: str) -> list[LookupResult]:
     """What the group's lookup tasks would find, without running them."""
     pending = models.Observation.objects.filter(execution_id=execution_id, observed_at__isnull=True)
     return [
-        services.LookupResult(
+        LookupResult(
             o.pk, f"DE{o.args['n']:020d}" if o.lookup == "sweep.account" else 1000, None, datetime.now(UTC)
         )
         for o in pending
@@ -95,13 +97,13 @@ def lookup_results(execution_id: str) -> list[services.LookupResult]:
 def fill_lookups(execution_id: str) -> None:
     """What the group's lookup tasks record, without running them."""
     results = lookup_results(execution_id)
-    assert services.observations_fill(results=results) == len(results)
+    assert observations_fill(results=results) == len(results)
 
 
 def statements_of_settling(execution_id: str, verdict: str) -> list[str]:
     fill_lookups(execution_id)
     with CaptureQueriesContext(connection) as queries:
-        stored = services.lookups_settled(execution_id=execution_id, filled=True)
+        stored = lookups_settled(execution_id=execution_id, filled=True)
     assert stored is not None
     assert stored.verdict == verdict
     return [shape(q["sql"]) for q in queries.captured_queries]
@@ -136,11 +138,11 @@ def test_a_group_settles_once_its_last_result_is_recorded_and_a_redelivered_copy
     results = lookup_results(execution_id)
     assert len(results) == N
 
-    settled = [services.lookups_settled(execution_id=execution_id, results=[r]) for r in results]
+    settled = [lookups_settled(execution_id=execution_id, results=[r]) for r in results]
 
     assert [s is not None for s in settled] == [False] * (N - 1) + [True]
-    again = services.LookupResult(results[-1].observation_id, "other", None, datetime.now(UTC))
-    assert services.lookups_settled(execution_id=execution_id, results=[again]) is None
+    again = LookupResult(results[-1].observation_id, "other", None, datetime.now(UTC))
+    assert lookups_settled(execution_id=execution_id, results=[again]) is None
     assert models.Observation.objects.get(pk=again.observation_id).value == results[-1].value
     assert models.PreflightRecord.objects.filter(execution_id=execution_id).count() == 2
     # The next group, dispatched by the last settle.
@@ -154,7 +156,7 @@ def test_a_settle_given_the_results_records_them_and_preflights_again_within_the
     results = lookup_results(str(execution.pk))
 
     with CaptureQueriesContext(connection) as queries:
-        stored = services.lookups_settled(execution_id=execution.pk, results=results)
+        stored = lookups_settled(execution_id=execution.pk, results=results)
 
     assert stored is not None
     assert stored.verdict == "measure"

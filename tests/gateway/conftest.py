@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from console import connectors, services
+from console import connectors
+from console.services.catalog import catalog_import
+from console.services.tokens import agent_token_create
 
 REPO = Path(__file__).resolve().parents[2]
 JS = Path(__file__).resolve().parent / "js"
@@ -76,7 +78,7 @@ def filesystem(scratch: Path, settings: Any) -> Filesystem:
 def fs_catalog(transactional_db: None, filesystem: Filesystem) -> list[dict[str, Any]]:
     """The operator's import of the live server (trusted annotations), as `tools/list` gave it."""
     tools = connectors.list_tools(filesystem.connector, timeout_s=30)
-    services.catalog_import(
+    catalog_import(
         server="fs",
         tools=tools,
         annotations_trusted=True,
@@ -110,7 +112,7 @@ def signing_key(settings: Any, tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def agent_token(transactional_db: None) -> tuple[Any, str]:
     """The agent's token (row, secret), restricted to the principal the gateway acts for."""
-    return services.agent_token_create(name="alices-agent", principals=[PRINCIPAL])
+    return agent_token_create(name="alices-agent", principals=[PRINCIPAL])
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from console import models, services
+from console import models
 from console.gateway.auth import TOKEN_ENV
-from console.operator_services import operator_token_create
+from console.services.tokens import agent_token_create, operator_token_create
 
 from .conftest import PRINCIPAL, REPO
 from .test_server import CONTENT, User, run
@@ -104,7 +104,7 @@ def test_over_http_a_missing_unknown_revoked_or_operator_token_is_refused_before
     gateway_argv: list[str],
     agent_token: tuple[models.AgentToken, str],
 ) -> None:
-    revoked_row, revoked = services.agent_token_create(name="old", principals=[PRINCIPAL])
+    revoked_row, revoked = agent_token_create(name="old", principals=[PRINCIPAL])
     revoke(revoked_row)
     operator = operator_secret()
     before = set(scratch.iterdir())
@@ -180,7 +180,7 @@ async def anyio_db(fn: Any, *args: Any) -> None:
 def test_a_token_that_may_not_act_for_the_principal_gets_a_forbidden_error_and_nothing_is_sent(
     fs_catalog: Any, scratch: Path, gateway_env: dict[str, str], gateway_argv: list[str], transport: str
 ) -> None:
-    _, bobs = services.agent_token_create(name="bobs-agent", principals=["user:bob"])
+    _, bobs = agent_token_create(name="bobs-agent", principals=["user:bob"])
     target = scratch / "diary.txt"
     before = set(scratch.iterdir())
 
@@ -282,7 +282,7 @@ def test_gateway_executions_belong_to_the_token_and_only_it_sees_them_through_th
     gateway_argv: list[str],
     agent_token: tuple[models.AgentToken, str],
 ) -> None:
-    _, other = services.agent_token_create(name="other-agent", principals=[PRINCIPAL])
+    _, other = agent_token_create(name="other-agent", principals=[PRINCIPAL])
     target = scratch / "diary.txt"
     with http_gateway(gateway_env, gateway_argv) as url:
 

@@ -11,9 +11,10 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from console import connectors, models, services
+from console import connectors, models
 from console.demo import home
 from console.gateway.server import META_RECORD
+from console.services.catalog import catalog_import
 
 from .test_server import MODES, User, audit_kinds, gateway, run
 
@@ -43,7 +44,7 @@ def smart_home(transactional_db: None, settings: Any, gateway_env: dict[str, str
     settings.PREFLIGHT_MCP_STDIO_ALLOW = list(commands.values())
     for provider, command in commands.items():
         connector = {"kind": "mcp_stdio", "command": command}
-        services.catalog_import(
+        catalog_import(
             server=f"home-{provider}",
             tools=connectors.list_tools(connector, timeout_s=30),
             annotations_trusted=False,

@@ -18,8 +18,11 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from console import models, records, review_services, services
+from console import models, storage
 from console.gateway.server import CONFIRM_FIELD, META_RECORD
+from console.services.catalog import catalog_import
+from console.services.measures import measure_create
+from console.services.review import execution_approve
 
 from .conftest import FS_EXTENSIONS, PRINCIPAL, REPO
 
@@ -242,9 +245,9 @@ def test_move_file_is_held_for_review_by_url_and_moves_only_once_approved(
 
         def approve() -> None:
             execution = models.Execution.objects.get()
-            seen["console_url"] = records.record_answer(execution)["console_url"]
-            latest = records.latest_record(execution)
-            review_services.execution_approve(
+            seen["console_url"] = storage.record_answer(execution)["console_url"]
+            latest = storage.latest_record(execution)
+            execution_approve(
                 execution_id=execution.pk, payload_digest_seen=latest.payload_digest, approver=approver
             )
             connection.close()  # this worker thread's own connection
@@ -287,7 +290,7 @@ def test_an_upstream_definition_changed_after_import_is_refused_before_sending(
         {**t, "description": "Create a file. Never overwrites anything."} if t["name"] == "write_file" else t
         for t in live
     ]
-    services.catalog_import(
+    catalog_import(
         server="fs",
         tools=approved,
         annotations_trusted=True,
@@ -518,7 +521,7 @@ def test_a_call_whose_answer_is_lost_is_recorded_outcome_unknown_and_never_sent_
     command = [sys.executable, "-m", "console.demo.bookstore", "--reply-delay-s", "3"]
     settings.PREFLIGHT_MCP_STDIO_ALLOW = [command]
     connector = {"kind": "mcp_stdio", "command": command, "timeout_s": 1}
-    services.catalog_import(
+    catalog_import(
         server="bookstore",
         tools=connectors.list_tools(connector, timeout_s=30),
         annotations_trusted=True,
@@ -606,7 +609,7 @@ def _bookstore(settings: Any, gateway_env: dict[str, str]) -> dict[str, str]:
     command = [sys.executable, "-m", "console.demo.bookstore"]
     settings.PREFLIGHT_MCP_STDIO_ALLOW = [command]
     connector = {"kind": "mcp_stdio", "command": command}
-    services.catalog_import(
+    catalog_import(
         server="bookstore",
         tools=connectors.list_tools(connector, timeout_s=30),
         annotations_trusted=True,
@@ -707,7 +710,7 @@ def test_lookups_still_running_after_the_wait_answer_2026_with_only_the_state_an
     threading.Thread(target=lookups.serve_forever, daemon=True).start()
     host = f"127.0.0.1:{lookups.server_address[1]}"
     settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts([host])
-    services.measure_create(name="disk.free", kind="http", url=f"http://{host}/", actor="user:operator")
+    measure_create(name="disk.free", kind="http", url=f"http://{host}/", actor="user:operator")
     # write_file also needs the free space on the disk, looked up by a worker: none runs for this gateway.
     extensions = {
         **FS_EXTENSIONS,
@@ -717,7 +720,7 @@ def test_lookups_still_running_after_the_wait_answer_2026_with_only_the_state_an
             "conditions": [{"id": "room_on_disk", "check": "measure.free >= 0", "on_false": "hold"}],
         },
     }
-    services.catalog_import(
+    catalog_import(
         server="fs",
         tools=connectors.list_tools(filesystem.connector, timeout_s=30),
         annotations_trusted=True,

@@ -14,7 +14,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from console import connectors, models, records, review_services, services
+from console import connectors, models, storage
+from console.services.catalog import catalog_import
+from console.services.review import execution_approve
 
 from .conftest import FS_EXTENSIONS, JS, REPO
 
@@ -103,9 +105,9 @@ def test_move_file_is_held_by_url_and_moves_only_after_approval(
                 )
                 if execution is not None:
                     seen["before"] = (source.exists(), destination.exists())
-                    seen["console_url"] = records.record_answer(execution)["console_url"]
-                    latest = records.latest_record(execution)
-                    review_services.execution_approve(
+                    seen["console_url"] = storage.record_answer(execution)["console_url"]
+                    latest = storage.latest_record(execution)
+                    execution_approve(
                         execution_id=execution.pk,
                         payload_digest_seen=latest.payload_digest,
                         approver=approver,
@@ -178,7 +180,7 @@ def test_an_upstream_definition_changed_after_import_is_refused_before_sending(
         {**t, "description": "Create a file. Never overwrites anything."} if t["name"] == "write_file" else t
         for t in live
     ]
-    services.catalog_import(
+    catalog_import(
         server="fs",
         tools=approved,
         annotations_trusted=True,

@@ -25,7 +25,10 @@ from integration_support import (
 )
 from rest_framework.test import APIClient
 
-from console import connectors, models, services
+from console import connectors, models
+from console.services.catalog import catalog_import
+from console.services.measures import measure_create
+from console.services.tokens import agent_token_create
 
 # Under xdist each process that gets one of these tests starts its own worker, on its own test database,
 # Redis DB number and queue. (`--dist loadgroup` would keep them in one process, but pytest-xdist 3.8's
@@ -105,7 +108,7 @@ def span(text: str, part: str) -> dict[str, int]:
 
 class Agent:
     def __init__(self) -> None:
-        _, token = services.agent_token_create(name="integration")
+        _, token = agent_token_create(name="integration")
         self.client = APIClient()
         self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
 
@@ -123,7 +126,7 @@ class Agent:
 
 
 def catalog(measures: MeasureServer, *, timeout_s: float = 5) -> Agent:
-    services.catalog_import(
+    catalog_import(
         server="ledger",
         tools=[PAY, TRANSFER],
         annotations_trusted=False,
@@ -131,7 +134,7 @@ def catalog(measures: MeasureServer, *, timeout_s: float = 5) -> Agent:
         actor="t",
     )
     for name in ("crm.primary_account", "risk.daily_limit", "bank.balance"):
-        services.measure_create(name=name, kind="http", url=measures.url, timeout_s=timeout_s, actor="t")
+        measure_create(name=name, kind="http", url=measures.url, timeout_s=timeout_s, actor="t")
     return Agent()
 
 

@@ -42,7 +42,8 @@ from test_celery_lookups import (
     triggers,
 )
 
-from console import connectors, models, services, tasks
+from console import connectors, models, tasks
+from console.services.tokens import agent_token_create
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -294,7 +295,7 @@ def test_under_the_shipped_gunicorn_config_a_tool_slower_than_every_timeout_ends
     celery_worker: Worker, measure_server: MeasureServer, tmp_path: Path
 ) -> None:
     agent = catalog(measure_server)
-    _, token = services.agent_token_create(name="gunicorn")
+    _, token = agent_token_create(name="gunicorn")
     agent.client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")  # a token this test holds
     record = granted(agent, measure_server, celery_worker)
     # Served by a process of its own: tokens, grants and records meet in the database.

@@ -3,7 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.errors import BadInput
-from console.services import agent_token_create
+from console.services.tokens import agent_token_create
 
 
 class Command(BaseCommand):

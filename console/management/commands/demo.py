@@ -28,9 +28,12 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.env import env_hosts
-from console import connectors, models, services
+from console import connectors, models
 from console.demo import agent
 from console.gateway import auth
+from console.services.catalog import catalog_import
+from console.services.measures import measure_create
+from console.services.tokens import agent_token_create
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = ("approver", "operator", "auditor")
@@ -164,7 +167,7 @@ class Command(BaseCommand):
         path = settings.VAR_DIR / "demo-agent-token"
         secret = path.read_text().strip() if path.exists() else ""
         if not secret or auth.lookup(secret) is None:
-            secret = services.agent_token_create(name="demo-agent", principals=[agent.REQUESTER])[1]
+            secret = agent_token_create(name="demo-agent", principals=[agent.REQUESTER])[1]
             path.touch(mode=0o600)
             path.write_text(secret + "\n")
         os.environ[auth.TOKEN_ENV] = secret  # the scripted agent's stdio gateway
@@ -181,14 +184,14 @@ class Command(BaseCommand):
         ]
         for server, connector, trusted in imports:
             tools = connectors.list_tools(connector, timeout_s=30)
-            services.catalog_import(
+            catalog_import(
                 server=server,
                 tools=tools,
                 annotations_trusted=trusted,
                 connector=connector,
                 actor="user:operator",
             )
-        services.measure_create(
+        measure_create(
             name="bank.balance",
             kind="mcp",
             timeout_s=5,

@@ -5,8 +5,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console import models, services
+from console import models
 from console.errors import BadInput
+from console.services.catalog import catalog_import
 from preflight import ContractError, contract_from_mcp
 from preflight.sidecars import Sidecar, load_sidecar
 
@@ -73,7 +74,7 @@ class Command(BaseCommand):
                     f"{path.name}: {name}: {exc.reason}{where}; nothing was imported"
                 ) from None
         try:
-            result = services.catalog_import(
+            result = catalog_import(
                 server=server,
                 tools=tools,
                 annotations_trusted=srv.annotations_trusted if srv is not None else False,

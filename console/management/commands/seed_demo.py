@@ -5,8 +5,11 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from console import models, services
+from console import models
 from console.demo import review_data, shop
+from console.services.catalog import catalog_import
+from console.services.executions import execution_answer, execution_create
+from console.services.measures import measure_create
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = "demo"
@@ -57,17 +60,15 @@ class Command(BaseCommand):
 
     def seed_catalog(self) -> None:
         review_data.register_bank()
-        services.catalog_import(
+        catalog_import(
             server=shop.SERVER,
             tools=_shop_tools(),
             annotations_trusted=True,
             connector={"kind": "python"},
             actor="demo",
         )
-        services.measure_create(name="shop.stock", kind="python", timeout_s=2, actor="demo")
-        services.catalog_import(
-            server="retail", tools=[PROSE_ONLY_TOOL], annotations_trusted=False, actor="demo"
-        )
+        measure_create(name="shop.stock", kind="python", timeout_s=2, actor="demo")
+        catalog_import(server="retail", tools=[PROSE_ONLY_TOOL], annotations_trusted=False, actor="demo")
         self.stdout.write("catalog: bank, shop (demo MCP servers, in-process) and a prose-only retail tool")
 
     def seed_executions(self) -> None:
@@ -77,7 +78,7 @@ class Command(BaseCommand):
         review_data.held_transfer(from_account=review_data.ALICE_MAIN, memo=None)
         review_data.held_transfer(amount=80, from_account=review_data.ALICE_MAIN, memo=None)
         held = review_data.held_transfer(amount=2400)
-        services.execution_answer(
+        execution_answer(
             execution_id=held.id,
             answers={"arg:from_account": review_data.ALICE_SAVINGS},
             answered_by="user:alice",
@@ -86,7 +87,7 @@ class Command(BaseCommand):
         )
         text = "Cancel order W123 please, I ordered by mistake"
         for principal in ("user:carol", "user:dave"):
-            services.execution_create(
+            execution_create(
                 body={
                     "server": "retail",
                     "tool": "cancel_pending_order",

@@ -7,7 +7,10 @@ from typing import Any
 from console_helpers import ALICE_MAIN, BOB, GET_BALANCE, TRANSFER, said, transfer_request
 from django.contrib.auth.models import Group, User
 
-from console import models, services
+from console import models
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
+from console.services.measures import measure_create
 
 PASSWORD = "a-long-test-password-1"
 
@@ -34,17 +37,15 @@ def user_with(username: str, *roles: str, superuser: bool = False) -> User:
 
 
 def import_catalog() -> None:
-    services.catalog_import(
+    catalog_import(
         server="bank",
         tools=[TRANSFER, GET_BALANCE],
         annotations_trusted=True,
         connector={"kind": "python"},
         actor="test",
     )
-    services.catalog_import(
-        server="repo", tools=[DELETE_REPO, LEGACY_PURGE], annotations_trusted=False, actor="test"
-    )
-    services.measure_create(name="bank.balance", kind="python", timeout_s=2, actor="test")
+    catalog_import(server="repo", tools=[DELETE_REPO, LEGACY_PURGE], annotations_trusted=False, actor="test")
+    measure_create(name="bank.balance", kind="python", timeout_s=2, actor="test")
 
 
 def delete_repo_request(repo: str = "acme/web", principal: str = "user:carol") -> dict[str, Any]:
@@ -60,14 +61,12 @@ def make_gaps(*, provider: int = 3, user: int = 2, purge: int = 1) -> list[model
     """Executions with provider gaps (delete_repo, purge_cache) and user gaps (transfers with no source)."""
     out = []
     for i in range(provider):
-        out.append(
-            services.execution_create(body=delete_repo_request(f"acme/repo{i}"), token=None, actor="test")
-        )
+        out.append(execution_create(body=delete_repo_request(f"acme/repo{i}"), token=None, actor="test"))
     for _ in range(purge):
-        out.append(services.execution_create(body=purge_request(), token=None, actor="test"))
+        out.append(execution_create(body=purge_request(), token=None, actor="test"))
     for _ in range(user):
         body = transfer_request(from_account=None, to_account=BOB)
-        out.append(services.execution_create(body=body, token=None, actor="test"))
+        out.append(execution_create(body=body, token=None, actor="test"))
     return out
 
 

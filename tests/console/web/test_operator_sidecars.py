@@ -14,8 +14,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from operator_support import user_with
 
-from console import models, services
-from console import operator_services as ops
+from console import models
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
+from console.services.gap_reports import gap_report_create
+from console.services.sidecars import sidecar_save
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +55,7 @@ def write_request() -> dict[str, Any]:
 
 @pytest.fixture
 def write_file() -> models.ToolContract:
-    services.catalog_import(server="fs", tools=[WRITE_FILE], annotations_trusted=False, actor="test")
+    catalog_import(server="fs", tools=[WRITE_FILE], annotations_trusted=False, actor="test")
     return models.ToolContract.objects.get(server__name="fs", name="write_file", current=True)
 
 
@@ -106,9 +109,9 @@ def test_the_preview_shows_what_the_sample_values_leave_and_the_diff(
 def test_saving_makes_a_new_version_records_who_and_why_resolves_reports_and_rechecks_held_executions(
     client: Client, operator: Any, write_file: models.ToolContract
 ) -> None:
-    held = services.execution_create(body=write_request(), token=None, actor="test")
+    held = execution_create(body=write_request(), token=None, actor="test")
     assert held.verdict == "hold"
-    report = ops.gap_report_create(
+    report = gap_report_create(
         cls="provider_gap",
         server="fs",
         tool="write_file",
@@ -151,7 +154,7 @@ def test_saving_without_saying_why_changes_nothing(
 def test_a_side_car_file_exports_and_imports_back(
     client: Client, operator: Any, write_file: models.ToolContract
 ) -> None:
-    ops.sidecar_save(contract_id=write_file.pk, extension={"state_change": "written"}, why="t", user=operator)
+    sidecar_save(contract_id=write_file.pk, extension={"state_change": "written"}, why="t", user=operator)
     server = write_file.server
     exported = json.loads(client.get(f"/catalog/servers/{server.pk}/sidecar.json").content)
     assert exported["server"] == "fs" and exported["tools"] == {"write_file": {"state_change": "written"}}

@@ -15,10 +15,14 @@ from django.test import Client
 from django.utils import timezone
 from review_support import person, signed_in, use_demo_bank
 
-from console import claim_services, models, review_services, services
+from console import models
 from console.demo import review_data
 from console.demo.review_data import BOB
 from console.errors import Conflict
+from console.services.catalog import catalog_import
+from console.services.claims import claim_release, claim_take
+from console.services.executions import execution_create
+from console.services.review import execution_expire, execution_reject
 from console.web.review_rows import when_text
 
 pytestmark = pytest.mark.django_db
@@ -41,7 +45,7 @@ def bank(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def repo(db: None) -> None:
-    services.catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
+    catalog_import(server="repo", tools=[DELETE_REPO], annotations_trusted=False, actor="test")
 
 
 @pytest.fixture
@@ -57,7 +61,7 @@ def approver(carol: User) -> Client:
 def delete(repo_name: str, principal: str = "user:dave") -> models.Execution:
     text = f"Delete the repository {repo_name} now."
     body = said("repo", "delete_repo", text, {"repo": repo_name}, action="Delete", principal=principal)
-    return services.execution_create(body=body, token=None, actor="test")
+    return execution_create(body=body, token=None, actor="test")
 
 
 def listed(client: Client, **params: Any) -> list[Any]:
@@ -88,7 +92,7 @@ def test_without_a_template_the_tool_and_its_first_settled_arguments_are_the_sum
 ) -> None:
     plain = {k: v for k, v in DELETE_REPO.items() if k != "x-preflight"}
     plain["x-preflight"] = {"state_change": "the repository is gone"}
-    services.catalog_import(server="repo", tools=[plain], annotations_trusted=False, actor="test")
+    catalog_import(server="repo", tools=[plain], annotations_trusted=False, actor="test")
     held = delete("acme/web")
 
     assert models.Execution.objects.get(pk=held.pk).summary == "delete_repo: repo=acme/web"
@@ -106,7 +110,7 @@ def test_a_summary_from_the_agent_is_escaped(approver: Client, repo: None) -> No
 def test_an_invalid_summary_template_refuses_the_import_with_the_reason(db: None) -> None:
     bad = {**DELETE_REPO, "x-preflight": {"summary": "delete {arg.repository}"}}
 
-    result = services.catalog_import(server="repo", tools=[bad], annotations_trusted=False, actor="test")
+    result = catalog_import(server="repo", tools=[bad], annotations_trusted=False, actor="test")
 
     assert result.tools[0].version == "invalid"
     assert result.tools[0].problems == [
@@ -208,7 +212,7 @@ def test_an_approver_claims_an_execution_and_the_others_see_who_has_it(
 
 def test_assigned_to_me_lists_only_my_claims(approver: Client, carol: User, repo: None) -> None:
     mine, other = delete("acme/mine"), delete("acme/other")
-    claim_services.claim_take(execution_id=mine.pk, approver=carol)
+    claim_take(execution_id=mine.pk, approver=carol)
 
     assert listed(approver, mine="on") == [mine.pk]
     assert set(listed(approver)) == {mine.pk, other.pk}
@@ -216,11 +220,11 @@ def test_assigned_to_me_lists_only_my_claims(approver: Client, carol: User, repo
 
 def test_only_the_holder_releases_a_claim(approver: Client, carol: User, repo: None) -> None:
     held = delete("acme/web")
-    claim_services.claim_take(execution_id=held.pk, approver=carol)
+    claim_take(execution_id=held.pk, approver=carol)
     frank = person("frank", "approver")
 
     with pytest.raises(Conflict, match="carol holds this claim"):
-        claim_services.claim_release(execution_id=held.pk, approver=frank)
+        claim_release(execution_id=held.pk, approver=frank)
     approver.post(f"/executions/{held.pk}/unclaim/")
 
     assert not models.ReviewClaim.objects.filter(execution=held).exists()
@@ -229,14 +233,12 @@ def test_only_the_holder_releases_a_claim(approver: Client, carol: User, repo: N
 def test_a_claim_is_refused_for_a_decided_execution_and_for_its_requester(carol: User, repo: None) -> None:
     own = delete("acme/own", principal="user:carol")
     decided = delete("acme/done")
-    review_services.execution_reject(
-        execution_id=decided.pk, reason="no", reviewer=person("frank", "approver")
-    )
+    execution_reject(execution_id=decided.pk, reason="no", reviewer=person("frank", "approver"))
 
     with pytest.raises(Conflict, match="you requested this execution"):
-        claim_services.claim_take(execution_id=own.pk, approver=carol)
+        claim_take(execution_id=own.pk, approver=carol)
     with pytest.raises(Conflict, match="no longer waits"):
-        claim_services.claim_take(execution_id=decided.pk, approver=carol)
+        claim_take(execution_id=decided.pk, approver=carol)
     assert not models.ReviewClaim.objects.exists()
 
 
@@ -267,9 +269,9 @@ def test_decided_work_stays_findable_as_granted_rejected_or_expired(
     approver: Client, carol: User, repo: None
 ) -> None:
     rejected, expired, waiting = delete("acme/no"), delete("acme/late"), delete("acme/wait")
-    review_services.execution_reject(execution_id=rejected.pk, reason="not this one", reviewer=carol)
+    execution_reject(execution_id=rejected.pk, reason="not this one", reviewer=carol)
     models.Execution.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    review_services.execution_expire(execution_id=expired.pk)
+    execution_expire(execution_id=expired.pk)
 
     response = approver.get("/executions/decided/")
 
@@ -298,7 +300,7 @@ def test_the_queue_and_the_decided_list_write_times_as_the_review_page_does(
     approver: Client, carol: User, repo: None
 ) -> None:
     waiting, rejected = delete("acme/wait"), delete("acme/no")
-    review_services.execution_reject(execution_id=rejected.pk, reason="not this one", reviewer=carol)
+    execution_reject(execution_id=rejected.pk, reason="not this one", reviewer=carol)
     waiting.refresh_from_db()
     rejected.refresh_from_db()
 

@@ -26,10 +26,13 @@ from review_support import (
     user_answers,
 )
 
-from console import models, review_services, services
-from console import operator_services as ops
+from console import models
 from console.demo import review_data
 from console.demo.review_data import BOB
+from console.services.executions import execution_create
+from console.services.gap_reports import gap_report_create
+from console.services.review import execution_reject, execution_reviewer_answer
+from console.services.tokens import agent_token_create
 from console.web.review_rows import when_text
 
 pytestmark = pytest.mark.django_db
@@ -128,7 +131,7 @@ def test_now_for_the_timing_is_immediately_and_is_recorded(approver: Client, hel
 def test_the_api_refusal_says_what_the_slot_takes(held: models.Execution) -> None:
     from rest_framework.test import APIClient
 
-    row, token = services.agent_token_create(name="agent")
+    row, token = agent_token_create(name="agent")
     models.Execution.objects.filter(pk=held.pk).update(token=row)
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -216,9 +219,7 @@ def test_reject_asks_for_confirmation_first_and_nothing_is_rejected_until_then(
 def test_after_a_rejection_the_page_shows_the_decision_and_nothing_to_act_on(
     approver: Client, carol: User, held: models.Execution
 ) -> None:
-    review_services.execution_reject(
-        execution_id=held.pk, reason="the recipient is not on file", reviewer=carol
-    )
+    execution_reject(execution_id=held.pk, reason="the recipient is not on file", reviewer=carol)
 
     html = approver.get(url(held)).content.decode()
 
@@ -332,7 +333,7 @@ def test_the_next_held_execution_is_the_one_the_queue_lists_next(
 
     assert [next_of(pk) for pk in queue] == [str(pk) for pk in [*queue[1:], queue[0]]]
     # Decided, an execution leaves the queue; its page still leads to the one listed after it.
-    review_services.execution_reject(execution_id=held.pk, reason="no", reviewer=carol)
+    execution_reject(execution_id=held.pk, reason="no", reviewer=carol)
     assert next_of(held.pk) == str(sibling.pk)
 
 
@@ -342,7 +343,7 @@ def test_the_next_held_execution_is_the_one_the_queue_lists_next(
 @pytest.fixture
 def gap_held(db: None) -> models.Execution:
     import_catalog()
-    execution = services.execution_create(body=delete_repo_request(), token=None, actor="test")
+    execution = execution_create(body=delete_repo_request(), token=None, actor="test")
     assert execution.verdict == "hold"
     return execution
 
@@ -364,7 +365,7 @@ def test_a_hold_on_a_provider_gap_offers_rejecting_or_filing_the_gap_report(
 def test_a_gap_already_reported_links_its_report(gap_held: models.Execution) -> None:
     record = latest(gap_held)
     gap = next(g for g in record["gaps"] if g["class"] == "provider_gap")
-    report = ops.gap_report_create(
+    report = gap_report_create(
         cls="provider_gap",
         server="repo",
         tool="delete_repo",
@@ -392,7 +393,7 @@ def test_the_live_poll_is_204_while_nothing_moved_and_the_page_once_another_appr
     assert poll, "no live poll"
 
     assert approver.get(poll.group(1).replace("&amp;", "&"), **HTMX).status_code == 204
-    review_services.execution_reviewer_answer(
+    execution_reviewer_answer(
         execution_id=held.pk, slot_key="arg:memo", value="rent", reviewer=person("dave", "approver")
     )
     moved = approver.get(poll.group(1), **HTMX)
@@ -403,6 +404,6 @@ def test_the_live_poll_is_204_while_nothing_moved_and_the_page_once_another_appr
 
 
 def test_a_final_page_polls_no_more(approver: Client, carol: User, held: models.Execution) -> None:
-    review_services.execution_reject(execution_id=held.pk, reason="no", reviewer=carol)
+    execution_reject(execution_id=held.pk, reason="no", reviewer=carol)
 
     assert "every 5s" not in approver.get(url(held)).content.decode()

@@ -13,11 +13,22 @@ from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from review_support import latest, person, settle_all_but_the_call, slot, use_demo_bank
 
-from console import models, records, review_services, services
+from console import models, storage
 from console.audit import verify_all
 from console.demo import review_data
 from console.demo.review_data import ALICE_MAIN, ALICE_SAVINGS, BOB
 from console.errors import BadInput, Conflict
+from console.selectors.review import live_grant, pending_call_approvals
+from console.services.executions import execution_answer, execution_repreflight
+from console.services.gate import execution_run
+from console.services.review import (
+    REJECTED_SLOT,
+    execution_approve,
+    execution_reject,
+    execution_reviewer_answer,
+    rejection_record,
+)
+from console.services.tokens import agent_token_create
 from console.signing import token_for
 from console.web.review_rows import Context, SlotRow, conversation, parse_edit, slot_rows
 from preflight import (
@@ -51,7 +62,7 @@ def carol(db: None) -> User:
 def test_a_reviewers_edit_is_their_answer_and_is_preflighted_in_place(
     carol: User, held: models.Execution
 ) -> None:
-    stored = review_services.execution_reviewer_answer(
+    stored = execution_reviewer_answer(
         execution_id=held.pk, slot_key="arg:to_account", value=ALICE_SAVINGS, reviewer=carol
     )
 
@@ -68,12 +79,12 @@ def test_an_edit_voids_the_users_confirmation_the_calls_approval_and_the_grant(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
     record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
-    executed = review_services.execution_approve(
+    executed = execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
     grant = models.Grant.objects.get(record=executed)
 
-    after = review_services.execution_reviewer_answer(
+    after = execution_reviewer_answer(
         execution_id=held.pk, slot_key="arg:to_account", value=ALICE_SAVINGS, reviewer=carol
     )
 
@@ -83,9 +94,7 @@ def test_an_edit_voids_the_users_confirmation_the_calls_approval_and_the_grant(
     assert slot(after.record, "arg:to_account")["approval"] == "required"
     assert slot(after.record, "approval:large_transfer")["approval"] == "void"  # the payload changed
     with pytest.raises(Conflict, match="grant_superseded"):
-        services.execution_run(
-            execution_id=held.pk, token=token_for(GrantClaims(**grant.claims)), actor="test"
-        )
+        execution_run(execution_id=held.pk, token=token_for(GrantClaims(**grant.claims)), actor="test")
 
 
 # ---- approving the whole call -------------------------------------------------------------------------
@@ -95,12 +104,12 @@ def test_approving_the_call_settles_its_approvals_and_grants_it(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
     record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
-    assert review_services.pending_call_approvals(record) == (
+    assert pending_call_approvals(record) == (
         ["approval:large_transfer"],
         None,
     )
 
-    stored = review_services.execution_approve(
+    stored = execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
 
@@ -112,7 +121,7 @@ def test_approving_the_call_settles_its_approvals_and_grants_it(
 
 def test_approving_a_call_that_is_not_ready_is_refused(carol: User, held: models.Execution) -> None:
     with pytest.raises(Conflict, match="not_ready: the verdict is ask"):
-        review_services.execution_approve(
+        execution_approve(
             execution_id=held.pk, payload_digest_seen=latest(held)["payload_digest"], approver=carol
         )
 
@@ -123,9 +132,7 @@ def test_approving_another_payload_than_the_one_shown_is_refused(
     settle_all_but_the_call(held, django_capture_on_commit_callbacks)
 
     with pytest.raises(Conflict, match="stale_value"):
-        review_services.execution_approve(
-            execution_id=held.pk, payload_digest_seen="sha256:0", approver=carol
-        )
+        execution_approve(execution_id=held.pk, payload_digest_seen="sha256:0", approver=carol)
 
 
 def test_the_requester_cannot_approve_the_call(
@@ -134,7 +141,7 @@ def test_the_requester_cannot_approve_the_call(
     record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
 
     with pytest.raises(Conflict, match="own_request"):
-        review_services.execution_approve(
+        execution_approve(
             execution_id=held.pk,
             payload_digest_seen=record["payload_digest"],
             approver=person("alice", "approver"),
@@ -145,18 +152,18 @@ def test_an_expired_grant_is_issued_again_for_the_same_record(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
     record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
-    stored = review_services.execution_approve(
+    stored = execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
     models.Grant.objects.filter(record=stored).update(expires_at=datetime(2000, 1, 1, tzinfo=UTC))
 
-    again = review_services.execution_approve(
+    again = execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
 
     assert again.pk == stored.pk  # no new preflight: the same record, a fresh grant
     assert models.Grant.objects.filter(record=stored).count() == 2
-    assert review_services.live_grant(stored) is not None
+    assert live_grant(stored) is not None
 
 
 def test_pending_call_approvals_names_what_still_stands_in_the_way() -> None:
@@ -167,42 +174,34 @@ def test_pending_call_approvals_names_what_still_stands_in_the_way() -> None:
     call = {"key": "approval:x", "status": "unknown", "approval": "required"}
     confirm = {"key": "arg:to", "status": "known", "approval": "required"}
     missing = {"key": "arg:from", "status": "unknown", "route": "ask_user"}
-    assert review_services.pending_call_approvals(record(slots=[call])) == (["approval:x"], None)
-    assert review_services.pending_call_approvals(record(slots=[call, confirm]))[1] == (
-        "arg:to awaits approval of its value"
-    )
-    assert review_services.pending_call_approvals(record(slots=[call, missing]))[1] == (
-        "arg:from is unresolved (ask_user)"
-    )
-    assert review_services.pending_call_approvals(record(slots=[call], unmet=[{"id": "c"}]))[1] == (
-        "a condition is unmet"
-    )
-    assert review_services.pending_call_approvals(record(slots=[call], payload_valid=None))[1] == (
+    assert pending_call_approvals(record(slots=[call])) == (["approval:x"], None)
+    assert pending_call_approvals(record(slots=[call, confirm]))[1] == ("arg:to awaits approval of its value")
+    assert pending_call_approvals(record(slots=[call, missing]))[1] == ("arg:from is unresolved (ask_user)")
+    assert pending_call_approvals(record(slots=[call], unmet=[{"id": "c"}]))[1] == ("a condition is unmet")
+    assert pending_call_approvals(record(slots=[call], payload_valid=None))[1] == (
         "the payload is not complete and valid yet"
     )
-    assert review_services.pending_call_approvals(record(slots=[]))[1] == (
-        "nothing awaits an approval of the whole call"
-    )
+    assert pending_call_approvals(record(slots=[]))[1] == ("nothing awaits an approval of the whole call")
 
 
 # ---- rejecting ----------------------------------------------------------------------------------------
 
 
 def test_a_rejection_is_recorded_as_a_block_with_the_reason(carol: User, held: models.Execution) -> None:
-    rejection = review_services.execution_reject(execution_id=held.pk, reason=" not on file ", reviewer=carol)
+    rejection = execution_reject(execution_id=held.pk, reason=" not on file ", reviewer=carol)
 
     assert rejection.reason == "not on file"
     record = latest(held)
     assert record["verdict"] == "block"
     assert record["reasons"] == ["rejected by user:carol: not on file"]
-    decision = slot(record, review_services.REJECTED_SLOT)
+    decision = slot(record, REJECTED_SLOT)
     assert (decision["met"], decision["source"], decision["pointer"]) == (
         False,
         "reviewer",
         {"by": "user:carol"},
     )
     assert slot(record, "arg:to_account")["value"] == BOB  # the record as it stood, plus the decision
-    assert records.record_body_digest(record) == record["record_digest"]
+    assert storage.record_body_digest(record) == record["record_digest"]
     assert models.AuditEvent.objects.filter(kind="rejection", body__reason="not on file").exists()
     assert verify_all().ok
 
@@ -211,16 +210,16 @@ def test_a_rejection_is_final(
     carol: User, held: models.Execution, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
     record = settle_all_but_the_call(held, django_capture_on_commit_callbacks)
-    stored = review_services.execution_approve(
+    stored = execution_approve(
         execution_id=held.pk, payload_digest_seen=record["payload_digest"], approver=carol
     )
     token = token_for(GrantClaims(**models.Grant.objects.get(record=stored).claims))
 
-    review_services.execution_reject(execution_id=held.pk, reason="fraud suspected", reviewer=carol)
+    execution_reject(execution_id=held.pk, reason="fraud suspected", reviewer=carol)
 
     # No later answer, lookup or approval gives it another verdict, and the grant it had is dead.
     with pytest.raises(Conflict, match="rejected"):
-        services.execution_answer(
+        execution_answer(
             execution_id=held.pk,
             answers={"arg:memo": "y"},
             answered_by="user:alice",
@@ -228,11 +227,11 @@ def test_a_rejection_is_final(
             actor="t",
         )
     with pytest.raises(Conflict, match="rejected"):
-        services.execution_repreflight(execution_id=held.pk, trigger="lookups")
+        execution_repreflight(execution_id=held.pk, trigger="lookups")
     with pytest.raises(Conflict, match="grant_superseded"):
-        services.execution_run(execution_id=held.pk, token=token, actor="test")
+        execution_run(execution_id=held.pk, token=token, actor="test")
     with pytest.raises(Conflict, match="already_rejected"):
-        review_services.execution_reject(execution_id=held.pk, reason="again", reviewer=carol)
+        execution_reject(execution_id=held.pk, reason="again", reviewer=carol)
     assert latest(held)["verdict"] == "block"
     assert not models.Answer.objects.filter(value="y").exists()
 
@@ -253,14 +252,14 @@ def test_a_rejection_keeps_every_slot_as_it_stood_a_refused_value_included() -> 
     latest = preflight(plan, ExecutionRequest(principal="user:alice"), evidence).to_json()
     assert slot(latest, "arg:amount")["refused"]["value"] == -5
     at = now.isoformat()
-    rejection = review_services.rejection_record(latest, reviewer="user:carol", reason="no", at=at)
+    rejection = rejection_record(latest, reviewer="user:carol", reason="no", at=at)
     assert rejection.verdict == "block"
     assert rejection.to_json()["slots"][:-1] == latest["slots"]
 
 
 def test_a_rejection_needs_a_reason(carol: User, held: models.Execution) -> None:
     with pytest.raises(BadInput, match="reason"):
-        review_services.execution_reject(execution_id=held.pk, reason="   ", reviewer=carol)
+        execution_reject(execution_id=held.pk, reason="   ", reviewer=carol)
     assert latest(held)["verdict"] == "ask"
 
 
@@ -285,7 +284,7 @@ def test_records_carry_their_routes_gaps_and_unknown_count(held: models.Executio
     assert stored.unknown_count == stored.record["unknown_count"] == 7
     held.refresh_from_db()  # the execution carries its latest record's summary, as it carries its verdict
     assert (held.routes, held.gap_classes, held.unknown_count) == (" ask_user hold ", " user_gap ", 7)
-    review_services.execution_reject(execution_id=held.pk, reason="no", reviewer=person("carol", "approver"))
+    execution_reject(execution_id=held.pk, reason="no", reviewer=person("carol", "approver"))
     held.refresh_from_db()
     assert (held.verdict, held.routes) == ("block", " ask_user hold ")
 
@@ -442,11 +441,11 @@ def test_an_agent_answering_a_rejected_execution_is_told_it_was_rejected(
 ) -> None:
     from rest_framework.test import APIClient
 
-    row, token = services.agent_token_create(name="agent")
+    row, token = agent_token_create(name="agent")
     models.Execution.objects.filter(pk=held.pk).update(token=row)  # the agent's own execution
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    review_services.execution_reject(execution_id=held.pk, reason="not on file", reviewer=carol)
+    execution_reject(execution_id=held.pk, reason="not on file", reviewer=carol)
 
     read = agent.get(f"/api/v1/executions/{held.pk}")
     answered = agent.post(

@@ -26,9 +26,11 @@ from review_support import (
     use_demo_bank,
 )
 
-from console import models, review_services, services
+from console import models
 from console.demo import review_data
 from console.demo.review_data import ALICE_MAIN, ALICE_SAVINGS, BOB
+from console.services.executions import execution_create, execution_repreflight
+from console.services.review import approval_create, execution_reject, execution_reviewer_answer
 from console.web import review_queue
 from preflight.approvals import value_digest
 
@@ -174,7 +176,7 @@ def test_the_queue_filters_by_route_gap_server_tool_and_age(approver: Client, he
 def test_executions_that_are_not_held_leave_the_queue(
     approver: Client, carol: User, held: models.Execution
 ) -> None:
-    review_services.execution_reject(execution_id=held.pk, reason="not today", reviewer=carol)
+    execution_reject(execution_id=held.pk, reason="not today", reviewer=carol)
 
     assert approver.get("/executions/").context["page"].total == 0
 
@@ -353,7 +355,7 @@ def test_an_approver_cannot_approve_what_they_requested(held: models.Execution) 
 def test_editing_a_value_records_the_reviewers_answer_and_voids_its_approval(
     approver: Client, edited: models.Execution
 ) -> None:
-    services.approval_create(
+    approval_create(
         execution_id=edited.pk,
         slot_key="arg:memo",
         value_digest_seen=value_digest("rent"),
@@ -472,10 +474,8 @@ def test_progress_is_polled_while_lookups_run_and_swaps_the_page_when_the_verdic
     approver: Client, carol: User, held: models.Execution
 ) -> None:
     # Answered, but the lookup's task has not run yet (no commit in this test): the record says measure.
-    review_services.execution_reviewer_answer(
-        execution_id=held.pk, slot_key="arg:memo", value="x", reviewer=carol
-    )
-    review_services.execution_reviewer_answer(
+    execution_reviewer_answer(execution_id=held.pk, slot_key="arg:memo", value="x", reviewer=carol)
+    execution_reviewer_answer(
         execution_id=held.pk, slot_key="arg:from_account", value=ALICE_MAIN, reviewer=carol
     )
     held.refresh_from_db()
@@ -491,7 +491,7 @@ def test_progress_is_polled_while_lookups_run_and_swaps_the_page_when_the_verdic
 
     observation = models.Observation.objects.get(execution=held)
     tasks.measure_run(str(held.pk), observation.key)
-    services.execution_repreflight(execution_id=held.pk, trigger="lookups")
+    execution_repreflight(execution_id=held.pk, trigger="lookups")
     moved = approver.get(url(held, "progress"), {"seq": held.records}, **HTMX)
 
     assert moved.headers["HX-Retarget"] == "#review" and moved.headers["HX-Reswap"] == "outerHTML"
@@ -509,7 +509,7 @@ def test_an_execution_whose_action_is_not_chosen_yet_still_has_a_review_page(
     del body["server"], body["tool"]
     body["tool_candidates"] = [{"server": "bank", "tool": "transfer"}, {"server": "wires", "tool": "wire"}]
     body["intended_change"] = {"effect": "money_moves"}
-    execution = services.execution_create(body=body, token=None, actor="test")
+    execution = execution_create(body=body, token=None, actor="test")
 
     response = approver.get(url(execution))
 

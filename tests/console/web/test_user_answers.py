@@ -8,7 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from console import models, services
+from console import models
+from console.services.catalog import catalog_import
+from console.services.executions import execution_create
 
 TOOL = {
     "name": "apply_edits",
@@ -32,9 +34,9 @@ TOOL = {
 
 @pytest.fixture
 def execution(db: None) -> models.Execution:
-    services.catalog_import(server="docs", tools=[TOOL], annotations_trusted=False, actor="user:operator")
+    catalog_import(server="docs", tools=[TOOL], annotations_trusted=False, actor="user:operator")
     text = "apply my edits now"
-    return services.execution_create(
+    return execution_create(
         body={
             "server": "docs",
             "tool": "apply_edits",

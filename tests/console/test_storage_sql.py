@@ -1,4 +1,4 @@
-"""The plain-SQL reads of console/records.py: `raw_reads` reads what `raw_rows` would, and on PostgreSQL a
+"""The plain-SQL reads of console/storage.py: `raw_reads` reads what `raw_rows` would, and on PostgreSQL a
 read pipelined after a lock sees the previous holder's commit."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.db import (
     transaction,
 )
 
-from console import models, records
+from console import models, storage
 
 on_postgresql = pytest.mark.skipif(connection.vendor != "postgresql", reason="pipelines are PostgreSQL's")
 
@@ -61,7 +61,7 @@ def varied_rows(execution: models.Execution, first: int, count: int) -> list[mod
 
 
 def reads_of(execution: models.Execution) -> list[tuple[str, list[Any]]]:
-    obs = records.table(models.Observation)
+    obs = storage.table(models.Observation)
     pk = models.Execution._meta.get_field("id").get_db_prep_value(execution.pk, connection)
     return [
         (f"SELECT id, key, args FROM {obs} WHERE execution_id = %s ORDER BY id", [pk]),
@@ -73,34 +73,34 @@ def reads_of(execution: models.Execution) -> list[tuple[str, list[Any]]]:
 def test_a_prefetched_read_is_answered_once_from_what_was_read_together(execution: models.Execution) -> None:
     models.Observation.objects.bulk_create(varied_rows(execution, 0, 3))
     rows_read, count_read = reads_of(execution)[0], reads_of(execution)[2]
-    expected = records.raw_rows(*rows_read)
+    expected = storage.raw_rows(*rows_read)
     sent: list[str] = []
 
     def spy(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         sent.append(sql)
         return execute(sql, params, many, context)
 
-    with connection.execute_wrapper(spy), records.prefetched(rows_read):
+    with connection.execute_wrapper(spy), storage.prefetched(rows_read):
         assert len(sent) == 1  # read now
-        with records.prefetched(rows_read, count_read):  # an inner block reads only what is new to it
+        with storage.prefetched(rows_read, count_read):  # an inner block reads only what is new to it
             assert len(sent) == 2
-            assert records.raw_rows(*rows_read) == expected
-            assert records.raw_rows(*count_read) == [(3, expected[-1][1])]
+            assert storage.raw_rows(*rows_read) == expected
+            assert storage.raw_rows(*count_read) == [(3, expected[-1][1])]
             assert len(sent) == 2  # both answered from what was read
         models.Observation.objects.bulk_create(varied_rows(execution, 10, 1))
-        assert len(records.raw_rows(*rows_read)) == 4  # answered once, in the inner block: now the database
+        assert len(storage.raw_rows(*rows_read)) == 4  # answered once, in the inner block: now the database
         assert sent[-1] == rows_read[0]
-    with records.prefetched(count_read):
+    with storage.prefetched(count_read):
         pass  # read and not asked for: not kept
-    assert records.raw_rows(*count_read)[0][0] == 4
+    assert storage.raw_rows(*count_read)[0][0] == 4
 
 
 def test_raw_reads_returns_what_separate_raw_rows_calls_return_in_order(execution: models.Execution) -> None:
     models.Observation.objects.bulk_create(varied_rows(execution, 0, 3))
     reads = reads_of(execution)
 
-    assert records.raw_reads(*reads) == [records.raw_rows(sql, params) for sql, params in reads]
-    assert [len(rows) for rows in records.raw_reads(*reads)] == [3, 0, 1]
+    assert storage.raw_reads(*reads) == [storage.raw_rows(sql, params) for sql, params in reads]
+    assert [len(rows) for rows in storage.raw_reads(*reads)] == [3, 0, 1]
 
 
 @on_postgresql
@@ -110,7 +110,7 @@ def test_on_postgresql_raw_reads_sends_its_reads_in_one_pipeline(
     # The project's PostgreSQL settings bind on the server, which is what `raw_reads` pipelines on.
     assert connection.settings_dict["OPTIONS"].get("server_side_binding") is True
 
-    rows = records.raw_reads(*reads_of(execution))
+    rows = storage.raw_reads(*reads_of(execution))
 
     assert pipelines == [connection.connection]
     assert rows[2] == [(0, None)]
@@ -121,15 +121,15 @@ def test_on_postgresql_a_failing_pipelined_read_raises_djangos_database_error_as
     execution: models.Execution,
 ) -> None:
     with pytest.raises(DataError), transaction.atomic():
-        records.raw_rows("SELECT 1 / 0", [])
+        storage.raw_rows("SELECT 1 / 0", [])
     with pytest.raises(DataError), transaction.atomic():
-        records.raw_reads(("SELECT 1", []), ("SELECT 1 / 0", []))
+        storage.raw_reads(("SELECT 1", []), ("SELECT 1 / 0", []))
     # A timeout (or an outage) is Django's OperationalError, which the API answers 503, and marks the
     # connection to be checked before it is used again.
     with pytest.raises(OperationalError), transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL statement_timeout = 20")
-        records.raw_reads(("SELECT 1", []), ("SELECT pg_sleep(0.2)", []))
+        storage.raw_reads(("SELECT 1", []), ("SELECT pg_sleep(0.2)", []))
     assert connection.errors_occurred
 
 
@@ -163,7 +163,7 @@ def test_on_postgresql_a_read_pipelined_after_a_lock_sees_what_the_previous_hold
         thread.start()
         assert holding.wait(10)
         with transaction.atomic():
-            _, (count,) = records.raw_reads(
+            _, (count,) = storage.raw_reads(
                 ("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY]), (f"SELECT count(*) FROM {scratch}", [])
             )
         thread.join(10)

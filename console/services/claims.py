@@ -1,6 +1,6 @@
-"""Claims on held executions: an approver says "I am on it", so two approvers do not review the same call
-while others wait. One approver at a time; everyone sees who holds it; its holder releases it. A claim is
-not a decision: it grants nothing and refuses nothing."""
+"""Claims on held executions: an approver says "I am on it", so two approvers do not review the same
+call while others wait. One approver at a time; everyone sees who holds it; its holder releases it. A
+claim is not a decision: it grants nothing and refuses nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
 
-from console import models, services
+from console import models
 from console.errors import Conflict
-from console.review_services import identity
+from console.services.common import identity, lock_execution
 from console.web.review_rows import when_text
 
 
@@ -20,7 +20,7 @@ def claim_take(*, execution_id: Any, approver: AbstractBaseUser) -> models.Revie
     """Claim a held execution for `approver`; taking one's own claim again changes nothing. Refused (409)
     when another approver holds it, when it no longer waits, and for the call's own requester, who may not
     approve it either."""
-    execution = services.lock_execution(execution_id)  # serializes two approvers claiming at once
+    execution = lock_execution(execution_id)  # serializes two approvers claiming at once
     if execution.final_at is not None or execution.verdict not in models.HELD_VERDICTS:
         raise Conflict("decided", "this execution no longer waits for a decision")
     if execution.principal == identity(approver):
@@ -38,7 +38,7 @@ def claim_take(*, execution_id: Any, approver: AbstractBaseUser) -> models.Revie
 def claim_release(*, execution_id: Any, approver: AbstractBaseUser) -> None:
     """Release `approver`'s claim. Releasing what nobody holds changes nothing; another approver's claim is
     theirs to release (409)."""
-    execution = services.lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     claim = models.ReviewClaim.objects.select_related("approver").filter(execution=execution).first()
     if claim is None:
         return

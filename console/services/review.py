@@ -1,8 +1,6 @@
-"""What a reviewer does in the console: answer (edit) a value, approve the whole call, reject it.
+"""What a reviewer does: approve a value or the whole call, answer (edit) a value, reject; and expiry.
 
-Same rules as console/services.py: keyword-only, one transaction each, every action on the audit chain.
-The reviewer's identity is always the signed-in user passed in by the view, never a form field.
-"""
+The reviewer's identity is always the signed-in user passed in by the view, never a form field."""
 
 from __future__ import annotations
 
@@ -15,19 +13,63 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from console import models, records, services
-from console.audit import audit_append
+from console import models, storage
+from console.audit import audit_append, audit_batch
 from console.errors import BadInput, Conflict
+from console.selectors.review import live_grant, pending_call_approvals
+from console.services.common import _has_run, identity, lock_execution
+from console.services.executions import execution_answer
+from console.services.gate import grant_issue
+from console.services.preflights import _preflight_and_record, _store_record
+from preflight import Record
 from preflight.approvals import value_digest
-from preflight.record import AWAITING_APPROVAL, Finding, Record, SlotState, Unmet
+from preflight.confirmations import is_user_yes_key
+from preflight.record import Finding, SlotState, Unmet
+
+
+@transaction.atomic
+@audit_batch()
+def approval_create(
+    *, execution_id: Any, slot_key: str, value_digest_seen: str, approver: AbstractBaseUser
+) -> models.Approval:
+    """A person's yes to the value of one slot as they saw it (by digest). Approvers cannot approve their own
+    request, and an approval of a value that has since changed is refused rather than moved to the new one."""
+    execution = lock_execution(execution_id)
+    if execution.principal == f"user:{approver.get_username()}":
+        raise Conflict("own_request", "an approver cannot approve an execution they requested")
+    if _has_run(execution):
+        raise Conflict("already_ran", "this execution already ran")
+    latest = storage.latest_record(execution)
+    if is_user_yes_key(slot_key):
+        raise Conflict("not_approvable", f"{slot_key}: the requesting user's to answer, not an approver's")
+    editor = storage.editor_of(latest.record, slot_key)
+    if editor == f"user:{approver.get_username()}":
+        raise Conflict("four_eyes", f"{slot_key}: you edited this value; another approver has to approve it")
+    approvable, value = storage.approval_value(latest.record, slot_key)
+    if not approvable:
+        raise Conflict("not_approvable", f"{slot_key}: nothing awaits approval in the latest record")
+    current = value_digest(value)
+    if current != value_digest_seen:
+        raise Conflict("stale_value", f"{slot_key}: the value changed since it was shown; review it again")
+    approval = models.Approval.objects.create(
+        execution=execution, slot_key=slot_key, value_digest=current, approver=approver
+    )
+    audit_append(
+        kind="approval",
+        execution_id=execution.pk,
+        body={
+            "slot": slot_key,
+            "value_digest": current,
+            "approver": f"user:{approver.get_username()}",
+            "record_seq": latest.seq,
+        },
+    )
+    _preflight_and_record(execution, trigger="approval")
+    return approval
+
 
 REJECTED_SLOT = "review:rejected"
 EXPIRED_SLOT = "review:expired"
-
-
-def identity(user: AbstractBaseUser) -> str:
-    """How a console user appears in records and the audit chain (the API's principals use the same form)."""
-    return f"user:{user.get_username()}"
 
 
 def execution_reviewer_answer(
@@ -37,50 +79,8 @@ def execution_reviewer_answer(
     preflighted again in place. The slot's approval, any approval of the whole call and any grant no longer
     match the new values, so the new record voids them."""
     who = identity(reviewer)
-    return services.execution_answer(
+    return execution_answer(
         execution_id=execution_id, answers={slot_key: value}, answered_by=who, channel="reviewer", actor=who
-    )
-
-
-def pending_call_approvals(record: Mapping[str, Any]) -> tuple[list[str], str | None]:
-    """(approval slots an "approve execution" would settle, why it cannot yet).
-
-    Ready means the count says everything else is done: every value and condition settled, every confirmed
-    value approved, nothing unmet, the payload complete and valid. What is left is the approval of the
-    whole call, bound to the payload digest."""
-    verdict = record.get("verdict")
-    if verdict == "execute":
-        return [], "every obligation is settled and approved: the call is granted"
-    if verdict != "hold":
-        return [], f"the verdict is {verdict}: settle the open slots first"
-    if record.get("unmet"):
-        return [], "a condition is unmet"
-    if record.get("payload_valid") is not True:
-        return [], "the payload is not complete and valid yet"
-    pending = []
-    for slot in record.get("slots") or []:
-        key = slot["key"]
-        if key.startswith("approval:"):
-            if slot["status"] == "unknown":
-                if slot.get("approval") not in AWAITING_APPROVAL:
-                    return [], f"{key}: {slot.get('detail') or 'cannot be approved yet'}"
-                pending.append(key)
-            continue
-        if slot["status"] == "unknown":
-            return [], f"{key} is unresolved ({slot.get('route')})"
-        if slot.get("approval") in AWAITING_APPROVAL:
-            return [], f"{key} awaits approval of its value"
-    if not pending:
-        return [], "nothing awaits an approval of the whole call"
-    return pending, None
-
-
-def live_grant(stored: models.PreflightRecord) -> models.Grant | None:
-    """The unused, unexpired grant of a record, if any: what the agent can still run the call with."""
-    return (
-        models.Grant.objects.filter(record=stored, used_at__isnull=True, expires_at__gt=timezone.now())
-        .order_by("-pk")
-        .first()
     )
 
 
@@ -101,35 +101,35 @@ def execution_approve(
 def _execution_approve(
     *, execution_id: Any, payload_digest_seen: str, approver: AbstractBaseUser
 ) -> models.PreflightRecord:
-    execution = services.lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     if execution.final_at is not None:
         raise execution.final_conflict()
     if execution.principal == identity(approver):
         raise Conflict("own_request", "an approver cannot approve an execution they requested")
-    if services._has_run(execution):
+    if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
-    latest = records.latest_record(execution)
+    latest = storage.latest_record(execution)
     if latest.payload_digest != payload_digest_seen:
         raise Conflict("stale_value", "the payload changed since it was shown; review it again")
     if latest.verdict == "execute":
-        if live_grant(latest) is None and services.grant_issue(execution_id=execution.pk) is None:
+        if live_grant(latest) is None and grant_issue(execution_id=execution.pk) is None:
             # Its observations had gone stale: it was preflighted again instead (its lookups run again).
             execution.refresh_from_db(fields=["records"])
-            return records.latest_record(execution)
+            return storage.latest_record(execution)
         return latest
     pending, why_not = pending_call_approvals(latest.record)
     if why_not is not None:
         raise Conflict("not_ready", why_not)
     for key in pending:
         # The approval slots bind to the payload digest: approval_create checks it against the latest record.
-        services.approval_create(
+        approval_create(
             execution_id=execution.pk,
             slot_key=key,
             value_digest_seen=value_digest(payload_digest_seen),
             approver=approver,
         )
     execution.refresh_from_db(fields=["records"])
-    return records.latest_record(execution)
+    return storage.latest_record(execution)
 
 
 @transaction.atomic
@@ -139,18 +139,18 @@ def execution_reject(*, execution_id: Any, reason: str, reviewer: AbstractBaseUs
     reason = reason.strip()
     if not reason:
         raise BadInput("invalid", "reason: say why the execution is rejected")
-    execution = services.lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     if execution.rejected_at is not None:
         raise Conflict("already_rejected", "this execution was already rejected")
     if execution.expired_at is not None:
         raise execution.final_conflict()
-    if services._has_run(execution):
+    if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
     who = identity(reviewer)
     now = timezone.now()
-    latest = records.latest_record(execution)
+    latest = storage.latest_record(execution)
     record = rejection_record(latest.record, reviewer=who, reason=reason, at=now.isoformat())
-    stored = services._store_record(
+    stored = _store_record(
         execution, record, execution.contract, trigger="reject", audit={"reviewer": who, "reason": reason}
     )
     execution.rejected_at = now
@@ -176,18 +176,18 @@ def execution_expire(*, execution_id: Any, now: datetime | None = None) -> bool:
     """Expire a hold whose deadline passed with no decision: recorded as a `block` naming the deadline, as
     final as a rejection (no later answer, lookup or approval changes it). False when it is not due."""
     now = now or timezone.now()
-    execution = services.lock_execution(execution_id)
+    execution = lock_execution(execution_id)
     if (
         execution.expires_at is None
         or execution.expires_at > now
         or execution.final_at is not None
         or execution.verdict not in models.HELD_VERDICTS
-        or services._has_run(execution)
+        or _has_run(execution)
     ):
         return False
     when = f"{execution.expires_at:%Y-%m-%d %H:%M:%S} UTC"
     reason = f"no decision was made before its deadline ({when})"
-    latest = records.latest_record(execution)
+    latest = storage.latest_record(execution)
     record = final_record(
         latest.record,
         slot_key=EXPIRED_SLOT,
@@ -199,7 +199,7 @@ def execution_expire(*, execution_id: Any, now: datetime | None = None) -> bool:
         summary=f"expired: {reason}",
         at=now.isoformat(),
     )
-    stored = services._store_record(execution, record, execution.contract, trigger="expire")
+    stored = _store_record(execution, record, execution.contract, trigger="expire")
     execution.expired_at = now
     execution.save(update_fields=["expired_at", "updated_at"])
     audit_append(

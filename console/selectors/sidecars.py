@@ -1,0 +1,148 @@
+"""The contract workbench's reads: a tool's side-car, a draft checked against a sample, the export."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from console import models, storage
+from console.selectors.catalog import pretty_json
+from preflight import (
+    Answer,
+    ContractError,
+    Evidence,
+    ExecutionRequest,
+    compile_plan,
+    contract_from_mcp,
+    preflight,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarCheck:
+    """What the workbench shows for one draft side-car of one tool version."""
+
+    extension: Any  # the x-preflight as it would be saved (form fields merged into the JSON)
+    problem: str  # "" when the draft builds a contract
+    where: str  # the offending part, e.g. x-preflight/conditions/0/check
+    obligations: list[dict[str, Any]]  # the draft's obligations for the sample request
+    current: list[dict[str, Any]]  # the current version's, for the same request
+    diff: str  # unified diff of the x-preflight, current -> draft
+    variables: list[str]  # what a condition may read
+    prose: tuple[str, ...]  # rules stated only in the description, to declare or mark reviewed
+    resolves: list[str]  # provider-gap slots of the current version the draft closes
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+def sidecar_of(row: models.ToolContract) -> dict[str, Any]:
+    ext = row.definition.get("x-preflight")
+    if ext is None and isinstance(row.definition.get("_meta"), Mapping):
+        ext = row.definition["_meta"].get("x-preflight")
+    return dict(ext) if isinstance(ext, Mapping) else {}
+
+
+def _sample_evidence(sample: Mapping[str, Any]) -> Evidence:
+    # Sample values stand in for a user's answers: the preview shows what is left once they are given.
+    answers = {f"arg:{k}": Answer(v, "preview") for k, v in sample.items()}
+    answers |= {
+        "fixed:action_name": Answer("preview", "preview"),
+        "fixed:timing": Answer("immediate", "preview"),
+    }
+    return Evidence(now=timezone.now(), answers=answers)
+
+
+def _outcome(slot: Any) -> str:
+    """settled / asked / measured / held, and for a condition evaluated false what it does (block, hold)."""
+    if slot.met is False:
+        return "false: blocks" if slot.detail == "unmet: block" else "false: holds"
+    if slot.status != "unknown":
+        return "settled"
+    return {"ask_user": "asked", "measure": "measured"}.get(
+        slot.route or "", "held" if slot.route else "waits"
+    )
+
+
+def _obligations(contract: Any, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
+    plan = compile_plan(contract, storage.active_rules())
+    record = preflight(plan, ExecutionRequest(principal="preview"), _sample_evidence(sample))
+    return [
+        {
+            "key": s.key,
+            "label": s.label,
+            "status": s.status,
+            "route": s.route,
+            "outcome": _outcome(s),
+            "gap": s.gap,
+            "detail": s.detail,
+        }
+        for s in record.slots
+    ]
+
+
+def sidecar_check(
+    *, row: models.ToolContract, extension: Any, problem: str = "", sample: Mapping[str, Any] | None = None
+) -> SidecarCheck:
+    sample = sample or {}
+    base = {k: v for k, v in row.definition.items() if k != "x-preflight"}
+    raw = contract_from_mcp(row.server.name, base, annotations_trusted=row.annotations_trusted)
+    current_contract = storage.engine_contract(row)
+    current = _obligations(current_contract, sample)
+    old = pretty_json(sidecar_of(row))
+    variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sorted(sidecar_arguments(row)))]
+    if problem:
+        return SidecarCheck(extension, problem, "", [], current, "", variables, raw.prose_conditions, [])
+    try:
+        draft = contract_from_mcp(
+            row.server.name, base, annotations_trusted=row.annotations_trusted, extension=extension
+        )
+    except ContractError as exc:
+        return SidecarCheck(
+            extension, exc.reason, exc.path, [], current, "", variables, raw.prose_conditions, []
+        )
+    variables += [f"measure.{m}" for m in sorted(draft.extension.measures or {})]
+    obligations = _obligations(draft, sample)
+    gaps_now = {o["key"] for o in current if o["gap"] == "provider_gap"}
+    gaps_after = {o["key"] for o in obligations if o["gap"] == "provider_gap"}
+    diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            pretty_json(extension).splitlines(keepends=True),
+            fromfile=f"{row.name}@{row.digest[7:19]} x-preflight",
+            tofile="draft x-preflight",
+        )
+    )
+    return SidecarCheck(
+        extension,
+        "",
+        "",
+        obligations,
+        current,
+        diff,
+        variables,
+        raw.prose_conditions,
+        sorted(gaps_now - gaps_after),
+    )
+
+
+def sidecar_arguments(row: models.ToolContract) -> list[str]:
+    """The argument paths a side-car may name (slots, conditions), in order."""
+    plan = compile_plan(storage.engine_contract(row))
+    return sorted(plan.arguments)
+
+
+def sidecar_export(server: models.Server) -> dict[str, Any]:
+    """The server's side-car file: every current tool's x-preflight, as `load_sidecars` reads it back."""
+    rows = models.ToolContract.objects.filter(server=server, current=True, valid=True).order_by("name")
+    tools = {r.name: sidecar_of(r) for r in rows if sidecar_of(r)}
+    return {
+        "server": server.name,
+        "source": f"exported from the console at {timezone.now().isoformat()}",
+        "tools": tools,
+    }
