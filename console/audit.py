@@ -29,7 +29,13 @@ GENESIS = "sha256:" + "0" * 64
 
 
 def link_hash(
-    *, seq: int, kind: str, execution_id: str | None, body: Any, created_at: datetime, prev_hash: str
+    *,
+    seq: int,
+    kind: str,
+    execution_id: uuid.UUID | str | None,
+    body: Any,
+    created_at: datetime,
+    prev_hash: str,
 ) -> str:
     """`sha256:<hex>` over the canonical JSON (RFC 8785) of the link: {"body", "created_at", "execution_id",
     "kind", "prev_hash", "seq"}."""

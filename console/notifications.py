@@ -209,7 +209,7 @@ def _deliver(row: models.Notification) -> None:
 
 
 def _send_email(row: models.Notification) -> None:
-    if not settings.PREFLIGHT_EMAIL_HOST and settings.MAILERS["default"]["BACKEND"].endswith(
+    if not settings.PREFLIGHT_EMAIL_HOST and str(settings.MAILERS["default"]["BACKEND"]).endswith(
         ".smtp.EmailBackend"
     ):
         raise DeliveryFailed("no mail server is configured (PREFLIGHT_EMAIL_HOST)", final=True)

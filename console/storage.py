@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.models import Field
 
 from console import models
 from preflight import (
@@ -87,10 +88,10 @@ def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         except TypeError:  # unhashable parameters (a list, a JSON value): never prefetched
             rows = None
         if rows is not None:
-            return rows
+            return cast(list[tuple[Any, ...]], rows)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return cast(list[tuple[Any, ...]], cursor.fetchall())
 
 
 def pipelines() -> bool:
@@ -163,7 +164,7 @@ def datetime_value(raw: Any) -> datetime | None:
         raw = datetime.fromisoformat(raw)
     if isinstance(raw, datetime) and raw.tzinfo is None:
         raw = raw.replace(tzinfo=UTC)
-    return raw
+    return cast(datetime | None, raw)
 
 
 def rules_read() -> Read:
@@ -281,7 +282,9 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
                 who, text, observed_at, value=json_value(value), error=error, id=f"observation-{row_pk}"
             )
         else:
-            approvals.append(Approval(key, text, f"user:{who}", datetime_value(at)))
+            approved_at = datetime_value(at)
+            assert approved_at is not None  # a NOT NULL column
+            approvals.append(Approval(key, text, f"user:{who}", approved_at))
     return Evidence(
         now=now,
         answers=answers,
@@ -307,8 +310,10 @@ def _evidence_sql() -> str:
     (an infrastructure error's time to look up again)."""
     user = get_user_model()
     quote = connection.ops.quote_name
-    username = quote(user._meta.get_field(user.USERNAME_FIELD).column)
-    user_pk = quote(user._meta.pk.column)
+    username_column = cast("Field[Any, Any]", user._meta.get_field(user.USERNAME_FIELD)).column
+    pk_column = user._meta.pk.column if user._meta.pk else None
+    assert username_column and pk_column  # concrete columns of the user table
+    username, user_pk = quote(username_column), quote(pk_column)
     return (
         f"SELECT 1, id, slot_key, value, answered_by, NULL, NULL, NULL, NULL"
         f" FROM {table(models.Answer)} WHERE execution_id = %s"

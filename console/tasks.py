@@ -185,7 +185,8 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
             # none of its lookups is pending. Two fills of a level of 10 were ~3 ms on the critical path
             # (bench/lookups.py), the second one waiting for the GIL while the answers were parsed.
             connectors.StartedMeasure.wait_all([started for _, started in running[1:]], _FILL_GRACE_S)
-            done, waiting = [], []
+            done: list[tuple[Any, Any]] = []
+            waiting: list[tuple[Any, Any]] = []
             for item in running:
                 (done if item[1].wait(0) else waiting).append(item)
             running = waiting
@@ -337,8 +338,8 @@ def lookups_resend() -> int:
     recorded once, one never marked is sent again by the next sweep."""
     waiting: dict[str, list[str]] = {}
     rows = models.Observation.objects.filter(unsent__isnull=False, observed_at__isnull=True).order_by("pk")
-    for execution_id, key in rows.values_list("execution_id", "key"):
-        waiting.setdefault(str(execution_id), []).append(key)
+    for row_execution, key in rows.values_list("execution_id", "key"):
+        waiting.setdefault(str(row_execution), []).append(key)
     sent = 0
     for execution_id, keys in waiting.items():
         try:

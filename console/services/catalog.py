@@ -92,11 +92,11 @@ def catalog_import(
         srv.connector = dict(connector)
         changed.append("connector")
     sidecars = dict(srv.extensions or {})
-    for name, extension in (extensions or {}).items():
+    for ext_name, extension in (extensions or {}).items():
         if extension is None:
-            sidecars.pop(name, None)
+            sidecars.pop(ext_name, None)
         else:
-            sidecars[name] = extension
+            sidecars[ext_name] = extension
     if sidecars != (srv.extensions or {}):
         srv.extensions = sidecars
         changed.append("extensions")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from console import models
@@ -16,7 +16,7 @@ from console.web.review_rows import when_text
 
 
 @transaction.atomic
-def claim_take(*, execution_id: Any, approver: AbstractBaseUser) -> models.ReviewClaim:
+def claim_take(*, execution_id: Any, approver: User) -> models.ReviewClaim:
     """Claim a held execution for `approver`; taking one's own claim again changes nothing. Refused (409)
     when another approver holds it, when it no longer waits, and for the call's own requester, who may not
     approve it either."""
@@ -35,7 +35,7 @@ def claim_take(*, execution_id: Any, approver: AbstractBaseUser) -> models.Revie
 
 
 @transaction.atomic
-def claim_release(*, execution_id: Any, approver: AbstractBaseUser) -> None:
+def claim_release(*, execution_id: Any, approver: User) -> None:
     """Release `approver`'s claim. Releasing what nobody holds changes nothing; another approver's claim is
     theirs to release (409)."""
     execution = lock_execution(execution_id)

@@ -273,7 +273,7 @@ def _bind_user_yes(execution: models.Execution, answers: Mapping[str, Any]) -> M
     for key in keys:
         if key not in shown or not isinstance(shown[key].get("digest"), str):
             raise Conflict("not_asked", f"{key}: no question awaits this yes or no; read the latest record")
-        answer, current = answers[key], shown[key]["digest"]
+        answer, current = answers[key], str(shown[key]["digest"])
         if isinstance(answer, Mapping) and set(answer) == {"yes", "digest"}:
             if answer["digest"] != current:
                 raise Conflict("stale_value", f"{key}: the question now shows another value; read it again")

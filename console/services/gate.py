@@ -280,7 +280,7 @@ def _outcome_written(
     try:
         return cast(
             RunOutcome,
-            retry_over_time(
+            retry_over_time(  # type: ignore[no-untyped-call]  # kombu ships no types
                 _record_outcome,
                 (OperationalError, InterfaceError),
                 kwargs={
@@ -347,6 +347,7 @@ def _effect_guard(*, execution_id: Any, token: str) -> Iterator[_Rechecked | Non
         return
     stored = grant.record
     payload = stored.record["payload"]
+    assert stored.contract is not None  # checked above
     try:
         recheck = recheck_for(storage.engine_contract(stored.contract), payload, principal=claims.principal)
     except ExpressionError as exc:
@@ -500,6 +501,7 @@ def runs_reconcile(*, now: datetime | None = None) -> int:
     lost = models.Grant.objects.filter(used_at__lt=cutoff).filter(~Exists(ended))
     n = 0
     for grant_id, execution_id, used_at in lost.values_list("pk", "execution_id", "used_at"):
+        assert used_at is not None  # filtered on it
         _record_outcome(
             execution_id=execution_id,
             grant_id=grant_id,

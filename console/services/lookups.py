@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import Case, Value, When
+from django.db.models import Case, Field, Value, When
 from django.db.models.functions import Cast
 
 from console import models, queries, storage
@@ -38,7 +38,7 @@ def observations_fill(*, results: Sequence[LookupResult]) -> int:
     meta = models.Observation._meta
 
     def each(name: str, values: Sequence[Any]) -> Case:
-        field = meta.get_field(name)
+        field = cast("Field[Any, Any]", meta.get_field(name))  # a concrete column, not a relation
         pairs = zip(results, values, strict=True)
         # Cast: a branch of NULLs only is untyped for PostgreSQL (text), which a jsonb column refuses.
         whens = [When(pk=r.observation_id, then=Cast(Value(v, output_field=field), field)) for r, v in pairs]

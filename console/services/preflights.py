@@ -56,7 +56,7 @@ def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
     """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
     version never changes, so nothing here needs invalidating)."""
     wanted = storage.request_tools(body)
-    found = {}
+    found: dict[tuple[str, str], models.ToolContract] = {}
     n = len(_CONTRACT_FIELDS)
     for values in storage.raw_rows(*_contract_read(body)):
         # bool(): SQLite answers 0/1, and annotations_trusted is part of the contract's digest.
@@ -64,9 +64,9 @@ def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
         s_id, s_name, s_trusted, s_connector = values[n:]
         contract_values = (pk, server_id, name, digest_, bool(trusted), bool(valid), bool(current))
         server_values = (s_id, s_name, bool(s_trusted), storage.json_value(s_connector))
-        row = models.ToolContract.from_db(connection.alias, _CONTRACT_FIELDS, contract_values)
-        row.server = models.Server.from_db(connection.alias, _SERVER_FIELDS, server_values)
-        found[(s_name, name)] = row
+        contract = models.ToolContract.from_db(connection.alias, _CONTRACT_FIELDS, contract_values)
+        contract.server = models.Server.from_db(connection.alias, _SERVER_FIELDS, server_values)
+        found[(s_name, name)] = contract
     rows = []
     for server, tool in wanted:
         row = found.get((server, tool))

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import attrs
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -30,7 +30,7 @@ from preflight.record import Finding, SlotState, Unmet
 @transaction.atomic
 @audit_batch()
 def approval_create(
-    *, execution_id: Any, slot_key: str, value_digest_seen: str, approver: AbstractBaseUser
+    *, execution_id: Any, slot_key: str, value_digest_seen: str, approver: User
 ) -> models.Approval:
     """A person's yes to the value of one slot as they saw it (by digest). Approvers cannot approve their own
     request, and an approval of a value that has since changed is refused rather than moved to the new one."""
@@ -73,7 +73,7 @@ EXPIRED_SLOT = "review:expired"
 
 
 def execution_reviewer_answer(
-    *, execution_id: Any, slot_key: str, value: Any, reviewer: AbstractBaseUser
+    *, execution_id: Any, slot_key: str, value: Any, reviewer: User
 ) -> models.PreflightRecord:
     """A reviewer's value for one slot, recorded as their answer (channel "reviewer", their identity) and
     preflighted again in place. The slot's approval, any approval of the whole call and any grant no longer
@@ -85,7 +85,7 @@ def execution_reviewer_answer(
 
 
 def execution_approve(
-    *, execution_id: Any, payload_digest_seen: str, approver: AbstractBaseUser
+    *, execution_id: Any, payload_digest_seen: str, approver: User
 ) -> models.PreflightRecord:
     """Approve the whole call as shown (by payload digest): settles the `approval:` slots, after which the
     count says `execute` and the grant is issued with that record. On a record that already says `execute`
@@ -99,7 +99,7 @@ def execution_approve(
 
 @transaction.atomic
 def _execution_approve(
-    *, execution_id: Any, payload_digest_seen: str, approver: AbstractBaseUser
+    *, execution_id: Any, payload_digest_seen: str, approver: User
 ) -> models.PreflightRecord:
     execution = lock_execution(execution_id)
     if execution.final_at is not None:
@@ -133,7 +133,7 @@ def _execution_approve(
 
 
 @transaction.atomic
-def execution_reject(*, execution_id: Any, reason: str, reviewer: AbstractBaseUser) -> models.Rejection:
+def execution_reject(*, execution_id: Any, reason: str, reviewer: User) -> models.Rejection:
     """A reviewer's no, with a reason: recorded as a `block` verdict (which supersedes any grant) and final —
     no later answer, lookup or approval gives the execution another verdict."""
     reason = reason.strip()
