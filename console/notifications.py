@@ -23,7 +23,7 @@ from django.utils import timezone
 from console import egress, models, storage
 from console.audit import audit_append
 from console.errors import BadInput, NotFound
-from console.services.common import actor_name, lock_execution
+from console.services.common import identity, lock_execution
 from console.web.review_rows import when_text
 
 
@@ -74,7 +74,7 @@ def review_policy_set(
             raise BadInput("invalid", exc.detail) from None
     if deadline_s is not None and deadline_s < 1:
         raise BadInput("invalid", "deadline: a number of minutes above 0, or empty for no deadline")
-    who = actor_name(user)
+    who = identity(user)
     models.ReviewPolicy.objects.filter(server=server, tool=tool).delete()
     row = None
     if addresses or webhook_url or deadline_s is not None:

@@ -214,26 +214,15 @@ def tool_unavailable(
 ) -> Record:
     """A hold for an execution whose tool is no longer in the catalog: recorded like any verdict."""
     server, tool = request_tools(body)[0] if "tool_candidates" not in body else ("", "")
-    slot = SlotState.tool_held(detail)
-    return Record(
+    return Record.one_open_slot(
         verdict="hold",
         server=server,
         tool=tool,
         contract_digest="",
         principal=request.principal,
         checklist_version="fixed@1",
-        slots=(slot,),
-        questions=(),
-        measures=(),
-        unmet=(),
-        gaps=(),
-        notices=(),
-        payload=None,
-        payload_digest=None,
-        payload_valid=None,
-        payload_errors=(),
-        unknown_count=1,
-        reasons=(f"fixed:tool: {detail}",),
+        slot=SlotState.tool_held(detail),
+        reason=f"fixed:tool: {detail}",
         evaluated_at=now.isoformat(),
     )
 

@@ -372,6 +372,45 @@ class Record:
     # for it expires no later than this.
     fresh_until: str | None = None
 
+    @classmethod
+    def one_open_slot(
+        cls,
+        *,
+        verdict: Verdict,
+        server: str,
+        tool: str,
+        contract_digest: str,
+        principal: str,
+        checklist_version: str,
+        slot: SlotState,
+        gaps: tuple[Gap, ...] = (),
+        reason: str,
+        evaluated_at: str,
+    ) -> Record:
+        """A record the engine's pipeline did not reach: one open slot says why, nothing is asked and no
+        payload is built (a tool gone from the catalog, a pinned definition that changed upstream)."""
+        return cls(
+            verdict=verdict,
+            server=server,
+            tool=tool,
+            contract_digest=contract_digest,
+            principal=principal,
+            checklist_version=checklist_version,
+            slots=(slot,),
+            questions=(),
+            measures=(),
+            unmet=(),
+            gaps=gaps,
+            notices=(),
+            payload=None,
+            payload_digest=None,
+            payload_valid=None,
+            payload_errors=(),
+            unknown_count=1,
+            reasons=(reason,),
+            evaluated_at=evaluated_at,
+        )
+
     def slot(self, key: str) -> SlotState:
         for s in self.slots:
             if s.key == key:

@@ -98,38 +98,20 @@ def gateway_pin_refusal(
             f"the upstream definition changed after it was pinned ({pinned_digest} → {live_contract_digest})"
         )
     now = timezone.now()
-    slot = SlotState(
-        key=PIN_SLOT,
-        kind="value",
-        defined_by="fixed",
-        label="the action",
-        status="unknown",
-        route="provider_gap",
-        gap="provider_gap",
-        findings=(
-            Finding("observed", "error", {"pinned": pinned_digest, "live": live_contract_digest}, detail),
-        ),
-        detail=detail,
+    found = Finding("observed", "error", {"pinned": pinned_digest, "live": live_contract_digest}, detail)
+    slot = SlotState.provider_gap(
+        PIN_SLOT, "the action", detail, kind="value", defined_by="fixed", findings=(found,)
     )
-    record = Record(
+    record = Record.one_open_slot(
         verdict="block",
         server=server,
         tool=tool,
         contract_digest=pinned_digest or "",
         principal=principal,
         checklist_version=CHECKLIST,
-        slots=(slot,),
-        questions=(),
-        measures=(),
-        unmet=(),
+        slot=slot,
         gaps=(Gap("provider_gap", PIN_SLOT, detail),),
-        notices=(),
-        payload=None,
-        payload_digest=None,
-        payload_valid=None,
-        payload_errors=(),
-        unknown_count=1,
-        reasons=(f"refused before sending: {detail}",),
+        reason=f"refused before sending: {detail}",
         evaluated_at=now.isoformat(),
     )
     request = {

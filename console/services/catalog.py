@@ -19,7 +19,7 @@ from console.api import parsers as json_text
 from console.audit import audit_append
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from console.services import common
-from console.services.common import actor_name
+from console.services.common import identity
 from preflight import ContractError, contract_from_mcp
 from preflight.canonical import digest
 
@@ -236,7 +236,7 @@ def server_set_trust(*, server_id: Any, trusted: bool, user: AbstractBaseUser) -
         raise Conflict(
             "unchanged", f"{srv.name}: annotations are already {'trusted' if trusted else 'untrusted'}"
         )
-    who = actor_name(user)
+    who = identity(user)
     definitions = [
         row.definition
         for row in models.ToolContract.objects.filter(server=srv, current=True).order_by("name")
@@ -284,7 +284,7 @@ def catalog_import_pasted(
 ) -> CatalogImport:
     tools = parse_tools_list(text)
     return catalog_import(
-        server=server.strip(), tools=tools, annotations_trusted=annotations_trusted, actor=actor_name(user)
+        server=server.strip(), tools=tools, annotations_trusted=annotations_trusted, actor=identity(user)
     )
 
 
@@ -331,5 +331,5 @@ def catalog_import_from_mcp(
         tools=tools,
         annotations_trusted=annotations_trusted,
         connector=connector,
-        actor=actor_name(user),
+        actor=identity(user),
     )

@@ -69,10 +69,6 @@ def json_safe(value: Any) -> Any:
         return {"unrepresentable": repr(value)[:10_000]}
 
 
-def actor_name(user: AbstractBaseUser) -> str:
-    return f"user:{user.get_username()}"
-
-
 def identity(user: AbstractBaseUser) -> str:
     """How a console user appears in records and the audit chain (the API's principals use the same form)."""
     return f"user:{user.get_username()}"

@@ -12,7 +12,7 @@ from console import models
 from console.audit import audit_append
 from console.errors import BadInput, Conflict, NotFound
 from console.selectors.gap_reports import REPORTABLE_CLASSES, default_title, gap_evidence
-from console.services.common import actor_name
+from console.services.common import identity
 
 
 @transaction.atomic
@@ -38,7 +38,7 @@ def gap_report_create(
         raise BadInput("invalid", "title: at most 300 characters")
     detail = (detail or "").strip() or (evidence.details[0] if evidence.details else slot)
     now = timezone.now()
-    who = actor_name(user)
+    who = identity(user)
     report = models.GapReport.objects.create(
         cls=cls,
         server=server,
@@ -84,7 +84,7 @@ def gap_report_set_status(
         raise NotFound("unknown_report", f"no gap report {report_id}") from None
     if report.status == status:
         raise Conflict("unchanged", f"the report is already {status}")
-    who = actor_name(user)
+    who = identity(user)
     previous = report.status
     report.status = status
     report.history = [

@@ -15,7 +15,7 @@ from console import models
 from console.api import parsers as json_text
 from console.audit import audit_append
 from console.errors import Conflict, Unprocessable
-from console.services.common import actor_name
+from console.services.common import identity
 from preflight import load_rules
 from preflight.errors import ChecklistError
 
@@ -158,4 +158,4 @@ def ruleset_save(*, text: str, user: AbstractBaseUser) -> models.RuleSet:
             f"{where}version: {data['id']}@{data['version']} already exists with other rules; "
             f"use a new version (e.g. {next_version(data['version'])})",
         )
-    return ruleset_create(data=data, actor=actor_name(user))
+    return ruleset_create(data=data, actor=identity(user))

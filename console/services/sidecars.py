@@ -15,7 +15,7 @@ from console.audit import audit_append
 from console.errors import BadInput, Conflict, NotFound, Unprocessable
 from console.selectors.sidecars import sidecar_check
 from console.services.catalog import CatalogImport, catalog_import
-from console.services.common import actor_name
+from console.services.common import identity
 from console.services.executions import execution_repreflight
 from console.services.gap_reports import gap_report_set_status
 from preflight import ContractError
@@ -70,7 +70,7 @@ def sidecar_save(*, contract_id: Any, extension: Any, why: str, user: AbstractBa
     check = sidecar_check(row=row, extension=extension)
     if not check.ok:
         raise Unprocessable("invalid_sidecar", f"{check.where or 'x-preflight'}: {check.problem}")
-    who = actor_name(user)
+    who = identity(user)
     srv = models.Server.objects.select_for_update().get(pk=row.server_id)
     definitions = [
         r.definition for r in models.ToolContract.objects.filter(server=srv, current=True).order_by("name")
@@ -150,7 +150,7 @@ def sidecar_import(*, server: models.Server, content: bytes, user: AbstractBaseU
         check = sidecar_check(row=rows[name], extension=extension)
         if not check.ok:
             raise Unprocessable("invalid_sidecar", f"{name}: {check.where or 'x-preflight'}: {check.problem}")
-    who = actor_name(user)
+    who = identity(user)
     result = catalog_import(
         server=srv.name,
         tools=[rows[n].definition for n in sorted(rows)],
