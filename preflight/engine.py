@@ -101,24 +101,16 @@ def select_tool(plans: Sequence[Plan], request: ExecutionRequest, evidence: Evid
             Question("fixed:tool", fixed_tool.question, {"enum": list(options)}, options, kind="choice"),
         )
         verdict = "ask"
-    return Record(
+    return Record.one_open_slot(
         verdict=verdict,
         server="",
         tool="",
         contract_digest="",
         principal=request.principal,
         checklist_version="fixed@1",
-        slots=(slot,),
+        slot=slot,
         questions=questions,
-        measures=(),
-        unmet=(),
         gaps=(Gap("user_gap", "fixed:tool", slot.detail or ""),) if slot.gap else (),
-        notices=(),
-        payload=None,
-        payload_digest=None,
-        payload_valid=None,
-        payload_errors=(),
-        unknown_count=1,
-        reasons=(slot.detail or "",),
+        reason=slot.detail or "",
         evaluated_at=evidence.now.isoformat(),
     )

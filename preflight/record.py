@@ -383,12 +383,13 @@ class Record:
         principal: str,
         checklist_version: str,
         slot: SlotState,
+        questions: tuple[Question, ...] = (),
         gaps: tuple[Gap, ...] = (),
         reason: str,
         evaluated_at: str,
     ) -> Record:
-        """A record the engine's pipeline did not reach: one open slot says why, nothing is asked and no
-        payload is built (a tool gone from the catalog, a pinned definition that changed upstream)."""
+        """A record of one open slot that says why and no payload: the pipeline did not run (which tool is
+        not settled yet, a tool gone from the catalog, a pinned definition that changed upstream)."""
         return cls(
             verdict=verdict,
             server=server,
@@ -397,7 +398,7 @@ class Record:
             principal=principal,
             checklist_version=checklist_version,
             slots=(slot,),
-            questions=(),
+            questions=questions,
             measures=(),
             unmet=(),
             gaps=gaps,
