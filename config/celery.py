@@ -78,7 +78,7 @@ class _RedisChannel(kombu_redis.Channel):
 
     kombu builds a new `redis.Redis` around the same pool for every broker operation that is not a BRPOP: two
     per task with acks_late (the unacked-index entry on receipt, its removal on ack) and one per publish. With
-    redis-py 8 a client costs ~50 us of CPU to build (its response-callback table); in a threads-pool worker
+    redis-py 8 a client costs real CPU to build (its response-callback table); in a threads-pool worker
     that CPU is GIL time taken from the lookups of the same frontier (bench/lookups.py). A client holds no
     connection of its own (it takes one from the pool per command, and pipelines are built per call), so one
     may be shared by the channel's threads; it is rebuilt if the channel replaces its pool (after a fork, or

@@ -68,8 +68,8 @@ Read = tuple[str, Sequence[Any]]  # a statement and its parameters
 
 def _db() -> Any:
     """The default database's wrapper itself, for the hot paths here to read once: every attribute read
-    through `django.db.connection`, a proxy, looks the wrapper up in the thread's context again (~1 us, some
-    80 times in a POST /executions)."""
+    through `django.db.connection`, a proxy, looks the wrapper up in the thread's context again, dozens of
+    times in a POST /executions."""
     return connections[DEFAULT_DB_ALIAS]
 
 

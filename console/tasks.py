@@ -81,11 +81,11 @@ def _send(execution_id: str, keys: Sequence[str]) -> bool:
         frontier.apply_async()  # in-process: there is no broker to batch for
         return False
     # The whole frontier in one Redis round trip (kombu pipelines the pushes), so its lookups start
-    # together. One round trip per task let the worker's threads take the GIL between two pushes: the
-    # last lookup of a level of 10 started ~30 ms after the first (bench/lookups.py).
+    # together. One round trip per task let the worker's threads take the GIL between two pushes, and the
+    # last lookup of a level started well after the first (bench/lookups.py).
     # declare=[]: Celery routes to the default exchange, which on Redis pushes straight onto the queue's
-    # list; "declaring" the queue before each push only checked kombu's cache of what was declared, ~20%
-    # of the CPU of publishing a frontier. The worker declares the queues it consumes.
+    # list; "declaring" the queue before each push only checked kombu's cache of what was declared, a
+    # good part of the CPU of publishing a frontier. The worker declares the queues it consumes.
     with current_app.producer_or_acquire() as producer, producer.batch():
         frontier.apply_async(producer=producer, declare=[])
     return True
@@ -95,10 +95,10 @@ def _lookup_tasks(execution_id: str, keys: Sequence[str]) -> list[Any]:
     """The frontier's tasks: its lookups in batches of up to PREFLIGHT_LOOKUPS_PER_TASK, each batch one task
     that runs its lookups at the same time.
 
-    A task costs a threads-pool worker ~2.5 ms of CPU of its own (receiving, tracing, acking; measured with a
-    task that does almost nothing), and the tasks of a frontier start and finish together, under the
-    worker's one GIL: one task per lookup kept a frontier of 10 waiting ~25 ms longer, per level, for CPU
-    alone (bench/lookups.py). Large frontiers still spread over several tasks, and so over workers."""
+    A task costs a threads-pool worker CPU of its own (receiving, tracing, acking), and the tasks of a
+    frontier start and finish together, under the worker's one GIL: one task per lookup kept a frontier
+    waiting longer, per level, for CPU alone (bench/lookups.py). Large frontiers still spread over several
+    tasks, and so over workers."""
     per = settings.PREFLIGHT_LOOKUPS_PER_TASK
     tasks = []
     for at in range(0, len(keys), per):
@@ -173,7 +173,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
     # All started first (an HTTP lookup on the process's HTTP loop, any other in a thread of its own), then
     # collected: results are recorded from this thread, whose database connection is kept across tasks, and
     # all that came in meanwhile in one statement. The answers of a frontier come close together; one
-    # statement each kept the last waiting ~1 ms per lookup before it (bench/lookups.py).
+    # statement each kept the last waiting for every lookup before it.
     running = [(lookup, _start(lookup)) for lookup in lookups]
     filled = 0
     last: list[tuple[_Lookup, tuple[Any, str | None, datetime]]] = []
@@ -182,8 +182,8 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
             running[0][1].wait()
             # Those still out get a moment more, so that one statement records a frontier whose answers come
             # close together. Nothing waits on an early fill: the execution is preflighted again only once
-            # none of its lookups is pending. Two fills of a level of 10 were ~3 ms on the critical path
-            # (bench/lookups.py), the second one waiting for the GIL while the answers were parsed.
+            # none of its lookups is pending. A second fill of a level lands on the critical path, waiting
+            # for the GIL while the answers are parsed.
             connectors.StartedMeasure.wait_all([started for _, started in running[1:]], _FILL_GRACE_S)
             done: list[tuple[Any, Any]] = []
             waiting: list[tuple[Any, Any]] = []

@@ -304,8 +304,8 @@ class Call(Pending):
 
 
 class _Runners:
-    """Daemon threads for connector calls, kept between calls: starting a thread cost ~150 us of CPU here,
-    ten of them per frontier of lookups, under the worker's GIL (bench/lookups.py). A call takes an idle
+    """Daemon threads for connector calls, kept between calls: starting a thread costs CPU under the
+    worker's GIL, ten of them per frontier of lookups (bench/lookups.py). A call takes an idle
     thread or starts one; a thread whose call never returns is abandoned with it, as before, and only
     threads whose call returned are handed another."""
 

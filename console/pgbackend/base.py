@@ -1,14 +1,12 @@
 """Django's PostgreSQL backend, with a health check that costs no round trip while the connection is sound.
 
 Django checks a persistent connection before the first query of every request (CONN_HEALTH_CHECKS) with a
-`SELECT 1`: one round trip more on every API request and every lookup task. On this 2-core machine the first
-round trip after an idle moment cost ~0.3 ms of CPU in the client and ~0.1 ms in PostgreSQL (a round trip
-within a burst, ~0.06 and ~0.03). A connection that PostgreSQL has ended (a restart, pg_terminate_backend, an
-idle timeout) has something to read while it idles: the server's FATAL message, or the end of the stream. So
-a connection with nothing to read is taken as usable, and one with something to read gets Django's own
-`SELECT 1`, which decides. A peer that vanished without a word is not caught by either check (`SELECT 1`
-would wait for TCP to give up); the query that finds out fails, the request is a 503, and Django drops the
-connection after it.
+`SELECT 1`: one round trip more on every API request and every lookup task. A connection that PostgreSQL has
+ended (a restart, pg_terminate_backend, an idle timeout) has something to read while it idles: the server's
+FATAL message, or the end of the stream. So a connection with nothing to read is taken as usable, and one
+with something to read gets Django's own `SELECT 1`, which decides. A peer that vanished without a word is
+not caught by either check (`SELECT 1` would wait for TCP to give up); the query that finds out fails, the
+request is a 503, and Django drops the connection after it.
 
 `pipelined` sends several reads in one round trip (console/storage.py `raw_reads`).
 """

@@ -406,8 +406,8 @@ def _lookups_after_commit(execution: models.Execution, keys: list[str]) -> None:
     if not tasks.dispatch_lookups(str(execution.pk), keys):
         # They ran here (in-process tasks) or the broker refused them: either way the execution was
         # preflighted again just now, so the record this call wrote is no longer its answer. Lookups that went
-        # to a worker leave it the answer, as committed: the worker's record comes later (bench/lookups.py:
-        # reading the execution back cost its POST ~1 ms and two round trips).
+        # to a worker leave it the answer, as committed: the worker's record comes later (reading the
+        # execution back would cost the POST two round trips).
         storage.keep_answer_rows(execution, None)
 
 
