@@ -13,11 +13,43 @@ from .confirmations import CONFIRM_PREFIX
 from .consent import Consent
 from .contract import SlotConfig
 from .plan import NodePlan, PropInfo, compile_node
-from .record import Finding, Gap, GapClass, Question, Route, SlotState
+from .record import Finding, Gap, GapClass, Owner, Question, Route, SlotApproval, SlotKind, SlotState
 from .resolve import NOT_A_TIMING, timing_of
 from .schema import BranchGroup, ObjectNode, Property, select_branches
 from .state import Resolution, pointer_json
 from .validation import same_json
+
+
+def settled_slot(
+    res: Resolution,
+    *,
+    key: str,
+    kind: SlotKind,
+    defined_by: Owner,
+    label: str,
+    labels: tuple[str, ...] = (),
+    approval: SlotApproval | None = None,
+    detail: str | None = None,
+    candidate: Any = None,
+    unverified: bool = False,
+) -> SlotState:
+    """A slot its sources settled: the resolution's status and value, where it came from, what was found."""
+    return SlotState(
+        key=key,
+        kind=kind,
+        defined_by=defined_by,
+        label=label,
+        status=res.status,
+        value=res.value,
+        source=res.source,
+        pointer=res.pointer,
+        labels=labels,
+        approval=approval,
+        findings=tuple(res.findings),
+        detail=detail,
+        candidate=candidate,
+        unverified=unverified,
+    )
 
 
 class Materialize(Consent):
@@ -107,17 +139,13 @@ class Materialize(Consent):
             self.questions.append(Question(ob.key, ob.question, _INTENT_SCHEMAS[ob.key], proposed=proposed))
         else:
             self.add(
-                SlotState(
+                settled_slot(
+                    res,
                     key=ob.key,
                     kind=ob.kind,
                     defined_by="fixed",
                     label=label,
-                    status=res.status,
-                    value=res.value,
-                    source=res.source,
-                    pointer=res.pointer,
                     approval=self.value_approval(ob.key, res, approve=False),
-                    findings=tuple(res.findings),
                     detail=self.edit_detail(res),
                 )
             )
@@ -261,18 +289,14 @@ class Materialize(Consent):
             self.refuse(prop.path, res.value, res.refused, findings=tuple(res.findings), proposed=proposed)
             return
         if res.status != "unknown":
-            slot = SlotState(
+            slot = settled_slot(
+                res,
                 key=key,
                 kind="value",
                 defined_by="provider",
                 label=label,
-                status=res.status,
-                value=res.value,
-                source=res.source,
-                pointer=res.pointer,
                 labels=labels,
                 approval=self.value_approval(key, res, approve=info.approve),
-                findings=tuple(res.findings),
                 detail=self.edit_detail(res),
                 candidate=res.candidate,
                 unverified=res.unverified,
@@ -441,16 +465,12 @@ class Materialize(Consent):
             res = self.walk_sources(key, cfg.sources, path=path, schema={}, config=cfg)
             self.undeclared_at[path] = node.path
             if res.status != "unknown":
-                slot = SlotState(
+                slot = settled_slot(
+                    res,
                     key=key,
                     kind="value",
                     defined_by="user",
                     label=label,
-                    status=res.status,
-                    value=res.value,
-                    source=res.source,
-                    pointer=res.pointer,
-                    findings=tuple(res.findings),
                     candidate=res.candidate,
                     unverified=res.unverified,
                     detail="not an argument the tool declares",
