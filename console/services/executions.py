@@ -181,23 +181,21 @@ def _execution_answer(
         canonical_json(dict(answers))
     except TypeError as exc:
         raise BadInput("invalid", f"answers: {exc}") from None
+
+    def audit_body(answers: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "answered_by": answered_by,
+            "channel": channel,
+            "actor": actor,
+            "answers": {k: value_digest(v) for k, v in answers.items()},
+            "remember": list(remember),
+        }
+
     # Checked as the user sent them (a yes/no is a boolean), then a yes/no is bound to what it was shown.
     refused = _refused_answer(execution, answers, remember)
     if refused is not None:
-        audit_append(
-            kind="answer_refused",
-            execution_id=execution.pk,
-            body={
-                "answered_by": answered_by,
-                "channel": channel,
-                "actor": actor,
-                "answers": {k: value_digest(v) for k, v in answers.items()},
-                "remember": list(remember),
-                "error": refused.code,
-                "slot": refused.slot,
-                "reason": refused.reason,
-            },
-        )
+        body = audit_body(answers) | {"error": refused.code, "slot": refused.slot, "reason": refused.reason}
+        audit_append(kind="answer_refused", execution_id=execution.pk, body=body)
         return refused
     answers = _bind_user_yes(execution, answers)
     models.Answer.objects.bulk_create(
@@ -211,17 +209,7 @@ def _execution_answer(
         )
         for key, value in answers.items()
     )
-    audit_append(
-        kind="answer",
-        execution_id=execution.pk,
-        body={
-            "answered_by": answered_by,
-            "channel": channel,
-            "actor": actor,
-            "answers": {k: value_digest(v) for k, v in answers.items()},
-            "remember": list(remember),
-        },
-    )
+    audit_append(kind="answer", execution_id=execution.pk, body=audit_body(answers))
     if remember:
         if execution.contract is None:
             raise Unprocessable("unknown_slot", "remember: choose the action first (answer fixed:tool)")
