@@ -36,6 +36,9 @@ from console.services.measures import measure_create
 from console.services.tokens import agent_token_create
 
 REPO = Path(__file__).resolve().parents[3]
+MANAGE = str(REPO / "manage.py")
+# The gateway acting for the demo's requester (served over HTTP here, over stdio in the printed config).
+GATEWAY = [MANAGE, "mcp_gateway", "--principal", agent.REQUESTER]
 ROLES = ("approver", "operator", "auditor")
 # One user per role, and the requester the agent acts for. Published passwords: embedded demo only.
 USERS = {
@@ -82,17 +85,7 @@ class Command(BaseCommand):
         try:
             bank_url = f"http://127.0.0.1:{options['bank_port']}/mcp"
             children.append(
-                _start(
-                    [
-                        sys.executable,
-                        "-m",
-                        "console.demo.bank",
-                        "--transport",
-                        "http",
-                        "--port",
-                        str(options["bank_port"]),
-                    ]
-                )
+                _start("-m", "console.demo.bank", "--transport", "http", "--port", str(options["bank_port"]))
             )
             _wait_for_port(options["bank_port"], children[-1])
             self.seed_users()
@@ -107,42 +100,15 @@ class Command(BaseCommand):
                 self.stdout.write("demo: already loaded (delete var/ to start over)")
             if options["no_serve"]:
                 return
-            env = {**os.environ}
-            children.append(
-                _start(
-                    [
-                        sys.executable,
-                        str(REPO / "manage.py"),
-                        "runserver",
-                        "--noreload",
-                        f"127.0.0.1:{options['port']}",
-                    ],
-                    env=env,
-                )
-            )
-            children.append(
-                _start(
-                    [
-                        sys.executable,
-                        str(REPO / "manage.py"),
-                        "mcp_gateway",
-                        "--principal",
-                        agent.REQUESTER,
-                        "--transport",
-                        "http",
-                        "--port",
-                        str(options["gateway_port"]),
-                    ],
-                    env=env,
-                )
-            )
+            children.append(_start(MANAGE, "runserver", "--noreload", f"127.0.0.1:{options['port']}"))
+            gateway_port = str(options["gateway_port"])
+            children.append(_start(*GATEWAY, "--transport", "http", "--port", gateway_port))
             _wait_for_port(options["port"], children[-2])
             _wait_for_port(options["gateway_port"], children[-1])
             self.banner(base, options["gateway_port"], token_file)
             while not stop.is_set():
                 for child in children:
-                    if child.poll() is not None:
-                        raise CommandError(f"demo: {_command(child)} exited ({child.returncode})")
+                    _still_running(child)
                 stop.wait(0.5)
             self.stdout.write("demo: stopping")
         finally:
@@ -215,12 +181,11 @@ class Command(BaseCommand):
 
     def banner(self, base: str, gateway_port: int, token_file: Path) -> None:
         secret = token_file.read_text().strip()
-        argv = [str(REPO / "manage.py"), "mcp_gateway", "--principal", agent.REQUESTER]
         gateway = {
             "mcpServers": {
                 "preflight": {
                     "command": sys.executable,
-                    "args": [*argv, "--token-file", str(token_file)],
+                    "args": [*GATEWAY, "--token-file", str(token_file)],
                     "env": {"PREFLIGHT_PUBLIC_URL": base},
                 }
             }
@@ -256,20 +221,22 @@ class Command(BaseCommand):
         self.stdout.flush()
 
 
-def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+def _start(*argv: str) -> subprocess.Popen[bytes]:
+    """A Python child of this interpreter, in the repository, with this process's environment."""
+    return subprocess.Popen([sys.executable, *argv], cwd=REPO, stdin=subprocess.DEVNULL)
 
 
-def _command(child: subprocess.Popen[bytes]) -> str:
-    """The command line a child was started with (always an argv list, see _start)."""
-    return shlex.join(map(str, child.args)) if isinstance(child.args, list) else str(child.args)
+def _still_running(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is not None:
+        # Always an argv list (see _start).
+        command = shlex.join(map(str, child.args)) if isinstance(child.args, list) else str(child.args)
+        raise CommandError(f"demo: {command} exited ({child.returncode})")
 
 
 def _wait_for_port(port: int, child: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise CommandError(f"demo: {_command(child)} exited ({child.returncode})")
+        _still_running(child)
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
