@@ -176,7 +176,7 @@ class Execution(models.Model):
     # as final as a rejection (console/notifications.py).
     expires_at = models.DateTimeField(null=True, blank=True)
     expired_at = models.DateTimeField(null=True, blank=True)
-    # Of the latest record, like `verdict` (PreflightRecord.save copies them here): what the review queue
+    # Of the latest record, like `verdict` (written with each record): what the review queue
     # filters and counts by, without a join or a JSON document per row.
     routes = models.CharField(max_length=200, default="", blank=True)
     gap_classes = models.CharField(max_length=200, default="", blank=True)
@@ -264,7 +264,7 @@ class PreflightRecord(AppendOnly):
     payload_digest = models.CharField(max_length=80, null=True, blank=True)
     checklist_version = models.CharField(max_length=500)
     trigger = models.CharField(max_length=20)  # what caused this preflight: create, answer, lookups, ...
-    # Read from `record` on insert so the review queue can filter and count without opening the JSON:
+    # record_summary(record), written with it, so the review queue can filter and count without the JSON:
     # " ask_user measure " (routes of unresolved slots), " user_gap " (gap classes), how many are unknown.
     routes = models.CharField(max_length=200, default="", blank=True)
     gap_classes = models.CharField(max_length=200, default="", blank=True)
@@ -279,24 +279,6 @@ class PreflightRecord(AppendOnly):
             models.Index(fields=["created_at"], name="record_created"),
             models.Index(fields=["verdict", "created_at"], name="record_verdict_created"),
         ]
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        adding = self._state.adding
-        if adding:
-            self.routes, self.gap_classes, self.unknown_count = record_summary(self.record)
-        super().save(*args, **kwargs)
-        if adding:
-            # The execution carries its latest record's summary as it carries its verdict. One more UPDATE of
-            # a row this transaction already holds; `records=seq` so an older record never overwrites it.
-            summary = {
-                "routes": self.routes,
-                "gap_classes": self.gap_classes,
-                "unknown_count": self.unknown_count,
-            }
-            Execution.objects.filter(pk=self.execution_id, records=self.seq).update(**summary)
-            if "execution" in self._state.fields_cache:
-                for name, value in summary.items():
-                    setattr(self.execution, name, value)
 
 
 def record_summary(record: Any) -> tuple[str, str, int]:
