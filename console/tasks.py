@@ -289,19 +289,15 @@ def execution_trigger(execution_id: str) -> None:
         schedule_trigger(execution_id, not_before)
 
 
-def _lock(execution_id: Any) -> models.Execution | None:
-    try:
-        return lock_execution(execution_id)
-    except NotFound:
-        return None
-
-
 def _trigger_if_due(execution_id: Any, now: datetime | None = None) -> datetime | None:
     """Preflight a deferred execution again if its time has come, deciding under its row lock: two copies
     of a trigger (or the ETA task and the cron fallback) may fire at once. Returns its time if not due yet."""
     with transaction.atomic():
-        execution = _lock(execution_id)
-        if execution is None or execution.verdict != "deferred" or execution.timing_at is None:
+        try:
+            execution = lock_execution(execution_id)
+        except NotFound:
+            return None  # no such execution
+        if execution.verdict != "deferred" or execution.timing_at is None:
             return None  # already preflighted again (a duplicate delivery), or no longer deferred
         if (now or timezone.now()) < execution.timing_at:
             return execution.timing_at

@@ -107,12 +107,23 @@ def execution_run(
 @transaction.atomic
 def _record_busy(*, execution_id: Any, detail: str, actor: str) -> None:
     # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
-    execution = lock_execution(execution_id)
-    models.Outcome.objects.create(execution=execution, status="denied", detail=f"effect_busy: {detail}")
+    _record_refusal(lock_execution(execution_id), None, "denied", "effect_busy", detail, actor)
+
+
+def _record_refusal(
+    execution: models.Execution, grant: models.Grant | None, status: str, code: str, detail: str, actor: str
+) -> None:
+    models.Outcome.objects.create(execution=execution, grant=grant, status=status, detail=f"{code}: {detail}")
     audit_append(
         kind="outcome",
         execution_id=execution.pk,
-        body={"status": "denied", "code": "effect_busy", "detail": detail, "grant": None, "actor": actor},
+        body={
+            "status": status,
+            "code": code,
+            "detail": detail,
+            "grant": grant.nonce if grant else None,
+            "actor": actor,
+        },
     )
 
 
@@ -171,20 +182,7 @@ def _gate_claim(
     grant: models.Grant | None = None
 
     def refuse(status: str, code: str, detail: str) -> _Refusal:
-        models.Outcome.objects.create(
-            execution=execution, grant=grant, status=status, detail=f"{code}: {detail}"
-        )
-        audit_append(
-            kind="outcome",
-            execution_id=execution.pk,
-            body={
-                "status": status,
-                "code": code,
-                "detail": detail,
-                "grant": grant.nonce if grant else None,
-                "actor": actor,
-            },
-        )
+        _record_refusal(execution, grant, status, code, detail, actor)
         return _Refusal(code, detail)
 
     try:
