@@ -77,30 +77,24 @@ def written_as_is(obj: Any) -> bool:
     general path" (rfc8785 after a walk that also decides what is an error)."""
     t = type(obj)
     if t is dict:
-        for key, value in obj.items():
+        for key in obj:
             if type(key) is not str or not (key.isascii() or max(map(ord, key)) <= 0xFFFF):
                 return False
-            vt = type(value)
-            if vt is str or vt is bool or value is None:
-                continue
-            if vt is dict or vt is list or vt is tuple:
-                if not written_as_is(value):
-                    return False
-            elif not _scalar_as_is(value):
+        values = obj.values()
+    elif t is list or t is tuple:
+        values = obj
+    else:
+        return t is str or t is bool or obj is None or _scalar_as_is(obj)
+    for value in values:
+        vt = type(value)
+        if vt is str or vt is bool or value is None:
+            continue
+        if vt is dict or vt is list or vt is tuple:
+            if not written_as_is(value):
                 return False
-        return True
-    if t is list or t is tuple:
-        for value in obj:
-            vt = type(value)
-            if vt is str or vt is bool or value is None:
-                continue
-            if vt is dict or vt is list or vt is tuple:
-                if not written_as_is(value):
-                    return False
-            elif not _scalar_as_is(value):
-                return False
-        return True
-    return t is str or t is bool or obj is None or _scalar_as_is(obj)
+        elif not _scalar_as_is(value):
+            return False
+    return True
 
 
 def _scalar_as_is(value: Any) -> bool:
