@@ -32,7 +32,7 @@ def canonical_json(obj: object) -> bytes:
         # Most values are already plain: then sorted compact json.dumps is byte-for-byte RFC 8785 and far
         # cheaper than the pure-Python encoder, which the rare rest (integral floats, Mappings) goes through.
         if written_as_is(obj):
-            return _encode(obj).encode("utf-8")
+            return _ENCODER.encode(obj).encode("utf-8")
     except (RecursionError, UnicodeEncodeError):
         pass  # a cycle or a lone surrogate: the walk below names it
     # _plain has produced only JSON types; rfc8785 just cannot see that through `object`.
@@ -44,30 +44,6 @@ def canonical_json(obj: object) -> bytes:
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 )
-# JSONEncoder.encode builds a new C encoder on every call, which costs more than encoding a small value
-# (a payload, lookup arguments); this is the same C encoder with the same settings, built once.
-_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_C_ENCODER = (
-    _c_make_encoder(
-        None,  # markers: no circular check
-        _ENCODER.default,
-        json.encoder.encode_basestring,  # ensure_ascii=False
-        None,  # indent
-        ":",
-        ",",
-        True,  # sort_keys
-        False,  # skipkeys
-        False,  # allow_nan
-    )
-    if _c_make_encoder is not None
-    else None
-)
-
-
-def _encode(obj: Any) -> str:
-    if _C_ENCODER is not None:
-        return "".join(_C_ENCODER(obj, 0))
-    return _ENCODER.encode(obj)
 
 
 def written_as_is(obj: Any) -> bool:
@@ -120,7 +96,7 @@ def digest_written_as_is(obj: object) -> str:
     Anything the encoder refuses (a non-JSON object, a lone surrogate) goes through `digest`, which names
     it in its error."""
     try:
-        data = _encode(obj).encode("utf-8")
+        data = _ENCODER.encode(obj).encode("utf-8")
     except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
         return digest(obj)
     return "sha256:" + hashlib.sha256(data).hexdigest()
