@@ -109,7 +109,7 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
     root = compile_object(schema) if schema is not None else None
     labels = contract.labels.labels
     label_required = frozenset(lb.target for lb in labels if lb.tag == "required" and lb.target)
-    props = _prop_infos(contract, root, labels, label_required) if root is not None else {}
+    props, nodes = _walk(contract, root, labels, label_required) if root is not None else ({}, {})
     plan = Plan(
         contract=contract,
         root=root,
@@ -119,9 +119,9 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
         fixed=FIXED_CHECKLIST,
         label_required=label_required,
         label_consents=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
-        arguments=_paths(root) if root is not None else frozenset(),
+        arguments=frozenset(props),
         props=props,
-        nodes=_node_plans(root, props, label_required) if root is not None else {},
+        nodes=nodes,
         notices=(*contract.extension.notices, *(lb.text for lb in labels if lb.tag == "notice")),
     )
     _plans.put(key, plan)
@@ -144,26 +144,13 @@ def compile_node(node: ObjectNode, props: Mapping[str, PropInfo], label_required
     )
 
 
-def _node_plans(
-    root: ObjectNode, props: Mapping[str, PropInfo], label_required: frozenset[str]
-) -> dict[str, NodePlan]:
-    out: dict[str, NodePlan] = {}
-
-    def walk(node: ObjectNode) -> None:
-        out[node.location] = compile_node(node, props, label_required)
-        for prop in node.properties.values():
-            if prop.child is not None:
-                walk(prop.child)
-
-    walk(root)
-    return out
-
-
-def _prop_infos(
+def _walk(
     contract: ToolContract, root: ObjectNode, labels: Sequence[Label], required: frozenset[str]
-) -> dict[str, PropInfo]:
+) -> tuple[dict[str, PropInfo], dict[str, NodePlan]]:
+    """Every argument's PropInfo (by path) and every object node's NodePlan (by location)."""
     confirm = {lb.target for lb in labels if lb.tag == "confirm" and lb.target}
-    out: dict[str, PropInfo] = {}
+    props: dict[str, PropInfo] = {}
+    nodes: dict[str, NodePlan] = {}
 
     def walk(node: ObjectNode) -> None:
         for prop in node.properties.values():
@@ -174,7 +161,7 @@ def _prop_infos(
             tags = (("confirm",) if cfg.confirm or prop.path in confirm else ()) + (
                 ("required",) if prop.path in required else ()
             )
-            out[prop.path] = PropInfo(
+            props[prop.path] = PropInfo(
                 f"arg:{prop.path}",
                 cfg,
                 label,
@@ -185,15 +172,7 @@ def _prop_infos(
             )
             if prop.child is not None:
                 walk(prop.child)
+        nodes[node.location] = compile_node(node, props, required)
 
     walk(root)
-    return out
-
-
-def _paths(node: ObjectNode) -> frozenset[str]:
-    out: set[str] = set()
-    for prop in node.properties.values():
-        out.add(prop.path)
-        if prop.child is not None:
-            out |= _paths(prop.child)
-    return frozenset(out)
+    return props, nodes
