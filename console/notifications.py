@@ -182,7 +182,7 @@ def notification_send(*, notification_id: int, final_attempt: bool) -> models.No
     if row.status != "pending":
         return row
     try:
-        _deliver(row)
+        (_send_email if row.channel == "email" else _post_webhook)(row)
     except DeliveryFailed as exc:
         final = final_attempt or exc.final
         _record_attempt(row, status="failed" if final else "pending", error=exc.reason)
@@ -199,13 +199,6 @@ def _record_attempt(row: models.Notification, *, status: str, error: str) -> Non
     row.last_error = error
     row.sent_at = timezone.now() if status == "sent" else None
     row.save(update_fields=["attempts", "status", "last_error", "sent_at"])
-
-
-def _deliver(row: models.Notification) -> None:
-    if row.channel == "email":
-        _send_email(row)
-    else:
-        _post_webhook(row)
 
 
 def _send_email(row: models.Notification) -> None:
