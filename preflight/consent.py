@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +14,7 @@ from .expressions import evaluate_key
 from .record import Finding, Question, SlotApproval, SlotState, Unmet
 from .request import Answer
 from .state import NO_RESULT, Resolution
+from .summary import spell_unseen
 
 
 class Consent(Conditions):
@@ -185,11 +185,7 @@ def _words(value: Any) -> str:
     character that does not show itself (controls, format characters such as bidi overrides and zero-width
     joiners, separators other than a space) spelled as an escape, so what the user says yes to is what they
     see."""
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return "".join(f"\\u{ord(c):04x}" if c != " " and unicodedata.category(c) in _UNSEEN else c for c in text)
-
-
-_UNSEEN = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp", "Zs"})
+    return spell_unseen(json.dumps(value, ensure_ascii=False, sort_keys=True))
 
 
 def _flatten(payload: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

@@ -89,9 +89,15 @@ def summarize(
     return _cut("".join(out))
 
 
+def spell_unseen(text: str) -> str:
+    """`text` with every character that does not show itself (see _UNSEEN) spelled as its escape."""
+    return "".join(f"\\u{ord(c):04x}" if c != " " and unicodedata.category(c) in _UNSEEN else c for c in text)
+
+
 def _value(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    text = "".join(f"\\u{ord(c):04x}" if c != " " and unicodedata.category(c) in _UNSEEN else c for c in text)
+    text = spell_unseen(
+        value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    )
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
