@@ -95,19 +95,9 @@ class Materialize(Consent):
                         )
                     )
                 else:
-                    self.add(
-                        SlotState(
-                            key=ob.key,
-                            kind=ob.kind,
-                            defined_by="fixed",
-                            label="the intended change",
-                            status="known",
-                            value=res.value,
-                            source=res.source,
-                            pointer=res.pointer,
-                            findings=tuple(res.findings),
-                        )
-                    )
+                    # Its one source is the contract's declared state change, a non-empty string: known.
+                    label = "the intended change"
+                    self.add(settled_slot(res, key=ob.key, kind=ob.kind, defined_by="fixed", label=label))
 
     def intent_slot(self, ob: FixedObligation, res: Resolution) -> None:
         label = _INTENT_LABELS[ob.key]
