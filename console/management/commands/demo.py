@@ -34,12 +34,12 @@ from console.gateway import auth
 from console.services.catalog import catalog_import
 from console.services.measures import measure_create
 from console.services.tokens import agent_token_create
+from console.web.access import ROLES
 
 REPO = Path(__file__).resolve().parents[3]
 MANAGE = str(REPO / "manage.py")
 # The gateway acting for the demo's requester (served over HTTP here, over stdio in the printed config).
 GATEWAY = [MANAGE, "mcp_gateway", "--principal", agent.REQUESTER]
-ROLES = ("approver", "operator", "auditor")
 # One user per role, and the requester the agent acts for. Published passwords: embedded demo only.
 USERS = {
     "requester": ("demo-requester", ()),
