@@ -272,16 +272,11 @@ def _keyword(key: str, value: Any, schema: Mapping[str, Any], formats: jsonschem
             "exclusiveMaximum": lambda x: x < value,
         }[key]
         return lambda x: not _is_number(x) or compare(x)
-    if key in ("minLength", "maxLength"):
-        bound = int(value)
-        if key == "minLength":
-            return lambda x: type(x) is not str or len(x) >= bound
-        return lambda x: type(x) is not str or len(x) <= bound
-    if key in ("minItems", "maxItems"):
-        bound = int(value)
-        if key == "minItems":
-            return lambda x: type(x) is not list or len(x) >= bound
-        return lambda x: type(x) is not list or len(x) <= bound
+    if key in ("minLength", "maxLength", "minItems", "maxItems"):
+        bound, sized = int(value), str if key.endswith("Length") else list
+        if key.startswith("min"):
+            return lambda x: type(x) is not sized or len(x) >= bound
+        return lambda x: type(x) is not sized or len(x) <= bound
     if key == "pattern":
         try:
             regex = re.compile(value)
