@@ -15,7 +15,7 @@ from .plan import Bounded, PropInfo
 from .pointers import Span, check_pointer
 from .record import Finding, MeasureRequest
 from .request import Answer, Candidate, ExecutionRequest, Observation
-from .schema import ObjectNode, Property
+from .schema import Property, find_property
 from .state import NO_RESULT, Resolution, RunState, pointer_json
 from .validation import same_json
 
@@ -291,7 +291,8 @@ class Resolve(RunState):
             cfg = self.contract.slot_config(member)
             # Only the user's own sources: a lookup is not started to second-guess an answer.
             sources = [s for s in cfg.sources if s in ("user_answer", "instruction", "preset", "prior_state")]
-            schema = _member_schema(self.plan.root, member)
+            found = find_property(self.plan.root, member) if self.plan.root is not None else None
+            schema = found[0].schema if found is not None else {}
             cand = self.request.candidates.get(member)
             res = self._walk_sources(f"arg:{member}", sources, cand, schema, cfg)
             if res.status == "unknown":
@@ -380,20 +381,6 @@ def timing_of(value: Any) -> datetime | object | None:
 
 
 _ABSENT: Final = object()
-
-
-def _member_schema(root: ObjectNode | None, path: str) -> Mapping[str, Any]:
-    """The declared schema of the argument at `path` ({} where the tool declares none)."""
-    node = root
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        prop = node.properties.get(part) if node is not None else None
-        if prop is None:
-            return {}
-        if i == len(parts) - 1:
-            return prop.schema
-        node = prop.child
-    return {}
 
 
 def _span_text(request: ExecutionRequest, span: Span) -> str | None:
