@@ -176,7 +176,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
     # statement each kept the last waiting for every lookup before it.
     running = [(lookup, _start(lookup)) for lookup in lookups]
     filled = 0
-    last: list[tuple[_Lookup, tuple[Any, str | None, datetime]]] = []
+    last: list[LookupResult] = []
     try:
         while running:
             running[0][1].wait()
@@ -190,23 +190,16 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
             for item in running:
                 (done if item[1].wait(0) else waiting).append(item)
             running = waiting
-            results = [(lookup, _observed(lookup, started)) for lookup, started in done]
+            results = [_observed(lookup, started) for lookup, started in done]
             if running:
-                filled += observations_fill(results=_results(results))
+                filled += observations_fill(results=results)
             else:
                 last = results  # recorded by the settle, in its round trip under the row lock
     except SoftTimeLimitExceeded:
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
-        last = [(lookup, (None, error, timezone.now())) for lookup, _ in running]
-    lookups_settled(execution_id=execution_id, filled=filled > 0, results=_results(last))
-
-
-def _results(results: list[tuple[_Lookup, tuple[Any, str | None, datetime]]]) -> list[LookupResult]:
-    return [
-        LookupResult(lookup.observation_id, value, error, observed_at)
-        for lookup, (value, error, observed_at) in results
-    ]
+        last = [LookupResult(lookup.observation_id, None, error, timezone.now()) for lookup, _ in running]
+    lookups_settled(execution_id=execution_id, filled=filled > 0, results=last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,20 +257,20 @@ def _start(lookup: _Lookup) -> connectors.StartedMeasure:
     return connectors.start_measure(lookup.measure, lookup.args)
 
 
-def _observed(lookup: _Lookup, started: connectors.StartedMeasure) -> tuple[Any, str | None, datetime]:
-    """A lookup's (value, error, observed_at). A lookup's failure is an error, never "no result"."""
+def _observed(lookup: _Lookup, started: connectors.StartedMeasure) -> LookupResult:
+    """A lookup's value or error, and when. A lookup's failure is an error, never "no result"."""
     try:
         value, observed_at = started.result()
         if observed_at.tzinfo is None:
             # A naive time cannot be compared with a max age; read it as UTC rather than fail the lookup.
             observed_at = observed_at.replace(tzinfo=UTC)
-        return json_safe(value), None, observed_at
+        return LookupResult(lookup.observation_id, json_safe(value), None, observed_at)
     except connectors.MeasureFailed as exc:
         error = str(exc) or type(exc).__name__
     except Exception as exc:
         logger.exception("measure %s raised", lookup.lookup)
         error = f"{type(exc).__name__}: {exc}"
-    return None, error, timezone.now()
+    return LookupResult(lookup.observation_id, None, error, timezone.now())
 
 
 @shared_task(acks_late=True, ignore_result=True, **_RETRY)
