@@ -20,17 +20,18 @@ def _now() -> datetime:
     return timezone.now()
 
 
-def lock_execution(execution_id: Any) -> models.Execution:
-    """The execution, its row locked until commit: the one way an action takes it."""
+def lock_execution(execution_id: Any, *, contract: bool = True) -> models.Execution:
+    """The execution, its row locked until commit: the one way an action takes it. `contract=False`: without
+    its contract and server joined in (loaded on first use), for a preflight again, which reads the current
+    contract itself."""
+    # Only the execution row (its contract is shared by every execution of the tool), and NO KEY:
+    # PostgreSQL checks foreign keys to it at commit with KEY SHARE, which must not wait on this lock while
+    # holding the audit lock (that ordering deadlocks concurrent runs).
+    query = models.Execution.objects.select_for_update(of=("self",), no_key=True)
+    if contract:
+        query = query.select_related("contract__server")
     try:
-        return (
-            # Only the execution row (its contract is shared by every execution of the tool), and NO KEY:
-            # PostgreSQL checks foreign keys to it at commit with KEY SHARE, which must not wait on this lock
-            # while holding the audit lock (that ordering deadlocks concurrent runs).
-            models.Execution.objects.select_for_update(of=("self",), no_key=True)
-            .select_related("contract__server")
-            .get(pk=execution_id)
-        )
+        return query.get(pk=execution_id)
     except (models.Execution.DoesNotExist, ValidationError, ValueError):
         raise NotFound("unknown_execution", f"no execution {execution_id}") from None
 

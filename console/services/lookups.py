@@ -91,7 +91,7 @@ def lookups_settled(
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
     `execute` would mint a new grant and void the one the agent holds."""
     try:
-        execution = lock_execution(execution_id)
+        execution = lock_execution(execution_id, contract=False)
     except NotFound:
         return None
     fill = []
