@@ -284,7 +284,7 @@ class ExecutionAnswerView(APIView):
         data = _checking(_ANSWERS_IN, request.data)
         data.is_valid(raise_exception=True)
         execution = execution_or_404(execution_id, agent_token(request))
-        execution_answer(
+        stored = execution_answer(
             execution_id=execution.pk,
             answers=data.validated_data["answers"],
             remember=data.validated_data.get("remember", []),
@@ -293,7 +293,10 @@ class ExecutionAnswerView(APIView):
             channel="agent",
             actor=actor(request),
         )
-        return Response(record_answer(execution_or_404(execution.pk, agent_token(request))))
+        execution = stored.execution  # what the service wrote is on it, unless work after commit may have
+        if not has_answer_rows(execution):  # preflighted it again: then it is read back
+            execution = execution_or_404(execution.pk, agent_token(request))
+        return Response(record_answer(execution, read_back_order=True))
 
 
 class ExecutionRunView(APIView):
