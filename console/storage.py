@@ -417,20 +417,40 @@ def has_answer_rows(execution: models.Execution) -> bool:
     return rows is not None and rows[0].seq == execution.records
 
 
-def record_answer(execution: models.Execution) -> dict[str, Any]:
-    """The Agent API answer for an execution: its latest record plus id, grant and console URL."""
+def _jsonb_order(value: Any) -> Any:
+    # How PostgreSQL's jsonb orders an object's keys: shorter first (in bytes), then bytewise.
+    if isinstance(value, dict):
+        return {k: _jsonb_order(value[k]) for k in sorted(value, key=_jsonb_key)}
+    if isinstance(value, list):
+        return [_jsonb_order(item) for item in value]
+    return value
+
+
+def _jsonb_key(key: str) -> tuple[int, bytes]:
+    raw = key.encode()
+    return len(raw), raw
+
+
+def record_answer(execution: models.Execution, *, read_back_order: bool = False) -> dict[str, Any]:
+    """The Agent API answer for an execution: its latest record plus id, grant and console URL.
+    `read_back_order`: answered from what was just written, its record's keys come in the order reading it
+    back would give them, for an answer that always read it back to stay byte for byte as it was."""
     from console.signing import token_for
     from preflight import GrantClaims
 
     grant: models.Grant | None
     if has_answer_rows(execution):
         row, grant = getattr(execution, _ANSWER_ROWS)
+        record = row.record
+        if read_back_order and _db().vendor == "postgresql":
+            record = _jsonb_order(record)
     else:
         row = latest_record(execution)
         # A call runs only on the grant of the latest record, and nothing is preflighted after it, so only
         # an `execute` record whose grant is used can have an outcome.
         grant = models.Grant.objects.filter(record=row).first() if row.verdict == "execute" else None
-    out = dict(row.record)
+        record = row.record
+    out = dict(record)
     out["id"] = str(execution.id)
     out["seq"] = row.seq
     out["grant"] = out["grant_expires_at"] = out["outcome"] = None

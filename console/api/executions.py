@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -41,10 +42,28 @@ REQUEST_FIELDS = (
 )
 
 
+def _built[S: serializers.Serializer[JSONObject]](serializer: S) -> S:
+    """A serializer built once, its fields with it, for `_checking` to reuse on every request."""
+    serializer.fields  # noqa: B018 (DRF builds them on first use, deep-copying every declared field)
+    return serializer
+
+
+def _checking[S: serializers.Serializer[JSONObject]](built: S, data: Any) -> S:
+    """A serializer of this data sharing the fields `built` has: building them was most of the CPU a
+    validation cost. Safe across threads: validating keeps nothing on the fields, and the data, errors and
+    validated data go on this copy only."""
+    serializer = copy.copy(built)
+    serializer.initial_data = data
+    return serializer
+
+
 class SpanIn(serializers.Serializer[JSONObject]):
     turn = Integer(help_text="index into conversation")
     start = Integer(help_text="code point offset into the turn's content")
     end = Integer(help_text="exclusive end offset")
+
+
+_SPAN_IN = _built(SpanIn())
 
 
 @extend_schema_field(
@@ -64,14 +83,14 @@ class PointerField(serializers.Field[object, object, object, JSONObject]):
                 raise serializers.ValidationError("an array of spans must not be empty")
             problems = {}
             for i, item in enumerate(data):
-                span = SpanIn(data=item)
+                span = _checking(_SPAN_IN, item)
                 if not span.is_valid():
                     problems[i] = span.errors
             if problems:
                 # Keyed by index, as DRF's own list fields key their errors; the stubs allow only str keys.
                 raise serializers.ValidationError(problems)  # type: ignore[arg-type]
             return data
-        span = SpanIn(data=data)
+        span = _checking(_SPAN_IN, data)
         if not span.is_valid():
             raise serializers.ValidationError(span.errors)
         return data
@@ -148,6 +167,11 @@ class RunIn(serializers.Serializer[JSONObject]):
     grant = Text(help_text="the grant token from the record")
 
 
+_EXECUTION_IN = _built(ExecutionIn())
+_ANSWERS_IN = _built(AnswersIn())
+_RUN_IN = _built(RunIn())
+
+
 class RunOut(serializers.Serializer[JSONObject]):
     outcome = serializers.ChoiceField(choices=["executed", "failed", "outcome_unknown"])
     result = AnyJSON()
@@ -164,7 +188,7 @@ class ExecutionCreateView(APIView):
         responses={201: RecordOut, **errors(403, 404, 422)},
     )
     def post(self, request: Request) -> Response:
-        ExecutionIn(data=request.data).is_valid(raise_exception=True)
+        _checking(_EXECUTION_IN, request.data).is_valid(raise_exception=True)
         data = request.data
         assert isinstance(data, dict)  # ExecutionIn has just refused anything but an object
         body = {k: data[k] for k in REQUEST_FIELDS if k in data}
@@ -257,10 +281,10 @@ class ExecutionAnswerView(APIView):
         },
     )
     def post(self, request: Request, execution_id: str) -> Response:
-        data = AnswersIn(data=request.data)
+        data = _checking(_ANSWERS_IN, request.data)
         data.is_valid(raise_exception=True)
         execution = execution_or_404(execution_id, agent_token(request))
-        execution_answer(
+        stored = execution_answer(
             execution_id=execution.pk,
             answers=data.validated_data["answers"],
             remember=data.validated_data.get("remember", []),
@@ -269,7 +293,10 @@ class ExecutionAnswerView(APIView):
             channel="agent",
             actor=actor(request),
         )
-        return Response(record_answer(execution_or_404(execution.pk, agent_token(request))))
+        execution = stored.execution  # what the service wrote is on it, unless work after commit may have
+        if not has_answer_rows(execution):  # preflighted it again: then it is read back
+            execution = execution_or_404(execution.pk, agent_token(request))
+        return Response(record_answer(execution, read_back_order=True))
 
 
 class ExecutionRunView(APIView):
@@ -303,7 +330,7 @@ class ExecutionRunView(APIView):
         },
     )
     def post(self, request: Request, execution_id: str) -> Response:
-        data = RunIn(data=request.data)
+        data = _checking(_RUN_IN, request.data)
         data.is_valid(raise_exception=True)
         execution = execution_or_404(execution_id, agent_token(request))
         outcome = execution_run(

@@ -34,12 +34,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         self.ensure_connection()
         cursors = [self.cursor() for _ in statements]
         try:
-            if len(cursors) == 1:
-                cursors[0].execute(*statements[0])  # one statement needs no pipeline
-            else:
-                with self.wrap_database_errors, self.connection.pipeline():
-                    for cursor, (sql, params) in zip(cursors, statements, strict=True):
-                        cursor.execute(sql, params)
+            with self.wrap_database_errors, self.connection.pipeline():
+                for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                    cursor.execute(sql, params)
             yield cursors
         finally:
             for cursor in cursors:

@@ -276,7 +276,7 @@ def _bind_user_yes(execution: models.Execution, answers: Mapping[str, Any]) -> M
 def execution_repreflight(*, execution_id: Any, trigger: str) -> models.PreflightRecord:
     """Preflight again from everything recorded so far. Never reuses an earlier verdict. An execution that
     already ran is left alone: a fresh `execute` would mint a second grant for a call that happened."""
-    execution = lock_execution(execution_id)
+    execution = lock_execution(execution_id, contract=False)
     if _has_run(execution):
         return storage.latest_record(execution)
     return _preflight_and_record(execution, trigger=trigger)

@@ -235,9 +235,14 @@ def _preflight_reads(
     if rows is None:
         reads.insert(0, _contract_read(request))
     if not fresh:
-        execution = models.Execution(pk=execution_id)
-        reads += [storage.evidence_read(execution), _lookup_counts_read(execution)]
+        reads += _evidence_reads(execution_id)
     return reads
+
+
+def _evidence_reads(execution_id: Any) -> list[storage.Read]:
+    """What a preflight reads of an execution with a past: its evidence and how often each lookup ran."""
+    execution = models.Execution(pk=execution_id)
+    return [storage.evidence_read(execution), _lookup_counts_read(execution)]
 
 
 # What a new record changes on its execution.

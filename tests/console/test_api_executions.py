@@ -466,3 +466,15 @@ def configuration_of_the_gate() -> list[Any]:
         list(models.RuleSet.objects.order_by("pk").values()),
         list(models.Preset.objects.order_by("pk").values("pk")),
     ]
+
+
+def test_the_serializers_built_once_keep_nothing_of_the_requests_they_check(
+    agent: Agent, bank: Downstream
+) -> None:
+    from console.api import executions
+
+    assert agent.post("/api/v1/executions", {"principal": "user:alice"}).status_code == 400
+    assert agent.post("/api/v1/executions", transfer_request()).status_code == 201
+
+    for built in (executions._EXECUTION_IN, executions._ANSWERS_IN, executions._SPAN_IN):
+        assert not hasattr(built, "initial_data") and not hasattr(built, "_errors")
