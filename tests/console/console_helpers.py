@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
-from unittest import mock
 
-import psycopg
-from django.db import connection
 from rest_framework.test import APIClient
 
 from console.services.tokens import agent_token_create
@@ -192,44 +188,3 @@ def make_operator(username: str = "olga") -> Agent:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return Agent(client, token)
-
-
-@contextmanager
-def round_trips(shape: Callable[[str], str]) -> Iterator[list[list[str]]]:
-    """The statements run inside (each as `shape` names it), grouped by the round trip that sent them: a
-    psycopg pipeline is one, with the COMMIT if it went with it; any other statement or COMMIT is one of its
-    own. PostgreSQL only. (psycopg's BEGIN goes with the first statement of a pipeline, and is not seen.)"""
-    trips: list[list[str]] = []
-    depth = 0
-    real_pipeline, real_commit = psycopg.Connection.pipeline, psycopg.Connection.commit
-
-    @contextmanager
-    def pipeline(self: psycopg.Connection[Any]) -> Iterator[Any]:
-        nonlocal depth
-        if not depth:
-            trips.append([])
-        depth += 1
-        try:
-            with real_pipeline(self) as p:
-                yield p
-        finally:
-            depth -= 1
-
-    def commit(self: psycopg.Connection[Any]) -> None:
-        if not depth:
-            trips.append([])
-        trips[-1].append("COMMIT")
-        real_commit(self)
-
-    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if not depth:
-            trips.append([])
-        trips[-1].append(shape(sql))
-        return execute(sql, params, many, context)
-
-    with (
-        mock.patch.object(psycopg.Connection, "pipeline", pipeline),
-        mock.patch.object(psycopg.Connection, "commit", commit),
-        connection.execute_wrapper(record),
-    ):
-        yield trips

@@ -8,7 +8,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 import pytest
 from django.db import (
     DataError,
@@ -104,19 +103,6 @@ def test_raw_reads_returns_what_separate_raw_rows_calls_return_in_order(executio
 
 
 @on_postgresql
-def test_on_postgresql_raw_reads_sends_its_reads_in_one_pipeline(
-    execution: models.Execution, pipelines: list[Any]
-) -> None:
-    # The project's PostgreSQL settings bind on the server, which is what `raw_reads` pipelines on.
-    assert connection.settings_dict["OPTIONS"].get("server_side_binding") is True
-
-    rows = storage.raw_reads(*reads_of(execution))
-
-    assert pipelines == [connection.connection]
-    assert rows[2] == [(0, None)]
-
-
-@on_postgresql
 def test_on_postgresql_a_failing_pipelined_read_raises_djangos_database_error_as_raw_rows_does(
     execution: models.Execution,
 ) -> None:
@@ -188,17 +174,3 @@ def waiter_seen(cursor: Any, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return False
-
-
-@pytest.fixture
-def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every psycopg pipeline opened from now on."""
-    opened: list[Any] = []
-    real = psycopg.Connection.pipeline
-
-    def spy(self: psycopg.Connection[Any]) -> Any:
-        opened.append(self)
-        return real(self)
-
-    monkeypatch.setattr(psycopg.Connection, "pipeline", spy)
-    return opened

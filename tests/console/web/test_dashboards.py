@@ -131,12 +131,11 @@ def test_gaps_are_placed_on_their_day_and_old_ones_leave_the_window(gaps: Any) -
     assert next(t for t in data["tiles"] if t["cls"] == "user_gap")["gaps"] == 0
 
 
-def test_the_dashboard_reads_gap_rows_in_two_queries(gaps: Any) -> None:
+def test_the_dashboard_reads_its_gap_rows_in_a_few_queries_however_many_there_are(gaps: Any) -> None:
+    # A budget, not the statements: a query per row or per server would show here.
     with CaptureQueriesContext(connection) as queries:
         dashboards.dashboard_data(dashboards.Filters(30, "", "", ""))
-    gap_queries = [q for q in queries.captured_queries if "console_gaprow" in q["sql"]]
-    assert len(gap_queries) == 2
-    assert len(queries.captured_queries) == 3  # and one for the open reports
+    assert len(queries.captured_queries) <= 3
 
 
 def test_bad_filter_values_are_reported_not_fatal(client: Client, gaps: Any) -> None:
