@@ -13,6 +13,12 @@ from console.models import AgentToken
 
 # What an agent's views declare; every other API view is an operator action (the settings' default).
 AGENT_PERMISSIONS = [IsAuthenticated, IsAgent]
+# The OpenAPI description of every operator action.
+OPERATOR_ACTION = (
+    "An operator action: needs an operator token (manage.py create_operator_token NAME --user USERNAME) whose"
+    " user holds the operator role at the time of the call. An agent token gets 403 `forbidden` and nothing"
+    " changes."
+)
 
 ERRORS = {
     400: ErrorOut,

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.common import actor, errors
+from console.api.common import OPERATOR_ACTION, actor, errors
 from console.api.fields import AnyJSON, JSONObject, Number, Object, Text
 from console.models import Measure
 from console.services.measures import measure_create
@@ -40,11 +40,7 @@ class MeasureCreateView(APIView):
     @extend_schema(
         operation_id="measures_create",
         summary="Register a lookup (or redefine one by name)",
-        description=(
-            "An operator action: needs an operator token (manage.py create_operator_token NAME --user"
-            " USERNAME) whose user holds the operator role at the time of the call. An agent token gets 403"
-            " `forbidden` and nothing changes."
-        ),
+        description=OPERATOR_ACTION,
         request=MeasureIn,
         responses={201: MeasureOut, 200: MeasureOut, **errors()},
     )

@@ -61,10 +61,6 @@ class RecordFilter(CatalogFilter):
         for name, field in self.fields.items():
             field.widget.attrs["aria-label"] = name
 
-    def problems(self) -> list[str]:
-        """Each invalid filter and why: said instead of listing (or exporting) every record."""
-        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]
-
 
 def filtered(data: dict[str, Any]) -> QuerySet[models.PreflightRecord]:
     qs = models.PreflightRecord.objects.all()

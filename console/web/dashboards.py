@@ -103,13 +103,10 @@ class Filters:
 def read_filters(request: HttpRequest) -> tuple[Filters, forms.Form]:
     form = DashboardFilters(request.GET or None)
     data: dict[str, Any] = {"days": 30, "cls": "", "server": "", "tool": ""}
-    if form.is_bound and form.is_valid():
-        data.update({k: v for k, v in form.cleaned_data.items() if v not in (None,)})
-    elif form.is_bound:
-        # Keep what was valid; a bad value is shown as an error beside the filters, never a 500.
-        for name in data:
-            if name not in form.errors and name in form.cleaned_data:
-                data[name] = form.cleaned_data[name]
+    if form.is_bound:
+        # Only the valid fields are cleaned: a bad value is shown as an error beside the filters, never a 500.
+        form.is_valid()
+        data.update(form.cleaned_data)
     return Filters(int(data["days"] or 30), data["cls"] or "", data["server"] or "", data["tool"] or ""), form
 
 

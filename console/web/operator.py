@@ -66,6 +66,10 @@ def _render(
     return render(request, template, context, status=status)
 
 
+def _error(request: SignedInRequest, title: str, reason: str, status: int) -> HttpResponse:
+    return render(request, "console/operator/error.html", {"title": title, "reason": reason}, status=status)
+
+
 # ---- provider gap reports ------------------------------------------------------------------------------
 
 
@@ -95,27 +99,12 @@ def gap_report_new(request: SignedInRequest) -> HttpResponse:
     source = request.POST if request.method == "POST" else request.GET
     key = {k: source.get(k, "") for k in ("cls", "server", "tool", "slot", "contract_digest")}
     if not all(key[k] for k in ("cls", "server", "tool", "slot")):
-        return render(
-            request,
-            "console/operator/error.html",
-            {
-                "title": "Which gap?",
-                "reason": "Open this form from a gap on the dashboards (Report to provider).",
-            },
-            status=400,
-        )
+        reason = "Open this form from a gap on the dashboards (Report to provider)."
+        return _error(request, "Which gap?", reason, status=400)
     try:
-        evidence = gap_evidence(
-            cls=key["cls"],
-            server=key["server"],
-            tool=key["tool"],
-            slot=key["slot"],
-            contract_digest=key["contract_digest"],
-        )
+        evidence = gap_evidence(**key)
     except ServiceError as exc:
-        return render(
-            request, "console/operator/error.html", {"title": "No such gap", "reason": exc.detail}, status=404
-        )
+        return _error(request, "No such gap", exc.detail, status=404)
     problem = ""
     if request.method == "POST":
         form = GapReportForm(request.POST)
@@ -169,10 +158,6 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
     return _render(request, "console/operator/gap_reports.html", context, partial="list")
 
 
-def _report(pk: int) -> models.GapReport:
-    return get_object_or_404(models.GapReport, pk=pk)
-
-
 def _report_context(request: SignedInRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
     return {
         "report": report,
@@ -188,14 +173,14 @@ def _report_context(request: SignedInRequest, report: models.GapReport, problem:
 @require_GET
 @operator_or_auditor
 def gap_report_detail(request: SignedInRequest, pk: int) -> HttpResponse:
-    report = _report(pk)
+    report = get_object_or_404(models.GapReport, pk=pk)
     return render(request, "console/operator/gap_report.html", _report_context(request, report))
 
 
 @require_POST
 @operator_only
 def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
-    report = _report(pk)
+    report = get_object_or_404(models.GapReport, pk=pk)
     form = StatusForm(request.POST)
     problem = ""
     if form.is_valid():
@@ -221,7 +206,7 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
 @require_GET
 @operator_or_auditor
 def gap_report_export(request: SignedInRequest, pk: int, fmt: str) -> HttpResponse:
-    report = _report(pk)
+    report = get_object_or_404(models.GapReport, pk=pk)
     name = f"gap-report-{report.pk}-{report.server}-{report.tool}"
     name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
     if fmt == "md":
@@ -499,12 +484,7 @@ def contract_diff(request: SignedInRequest, pk: int, other: int) -> HttpResponse
     old = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
     new = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=other)
     if (old.server_id, old.name) != (new.server_id, new.name):
-        return render(
-            request,
-            "console/operator/error.html",
-            {"title": "Not comparable", "reason": "A diff compares two versions of the same tool."},
-            status=400,
-        )
+        return _error(request, "Not comparable", "A diff compares two versions of the same tool.", status=400)
     text = catalog_selectors.contract_diff(old, new)
     lines = [
         (next((k for p, k in _DIFF_KINDS if line.startswith(p)), ""), line) for line in text.splitlines()
@@ -547,26 +527,15 @@ class RulesForm(forms.Form):
     )
 
 
-def _stamp(row: models.RuleSet) -> str:
-    return f"{row.name}@{row.version}#{digest(row.data)[7:19]}"
-
-
 @require_GET
 @operator_only
 def rules(request: SignedInRequest) -> HttpResponse:
-    sets = list(models.RuleSet.objects.order_by("name", "-created_at"))
-    stamps = {r.pk: _stamp(r) for r in sets}
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for r in sets:
+    for r in models.RuleSet.objects.order_by("name", "-created_at"):
+        stamp = f"{r.name}@{r.version}#{digest(r.data)[7:19]}"
+        applied = models.PreflightRecord.objects.filter(checklist_version__contains=stamp).count()
         grouped.setdefault(r.name, []).append(
-            {
-                "row": r,
-                "stamp": stamps[r.pk],
-                "rules": len(r.data.get("rules", [])),
-                "applied": models.PreflightRecord.objects.filter(
-                    checklist_version__contains=stamps[r.pk]
-                ).count(),
-            }
+            {"row": r, "stamp": stamp, "rules": len(r.data.get("rules", [])), "applied": applied}
         )
     recent = []
     for rec in models.PreflightRecord.objects.order_by("-created_at").select_related("execution")[:20]:
@@ -789,20 +758,12 @@ def server_sidecar_export(request: SignedInRequest, pk: int) -> HttpResponse:
 def server_sidecar_import(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     upload = request.FILES.get("file")
-    problem = ""
     try:
         if upload is None:
             raise ServiceError("invalid", "choose a side-car file")
         result = sidecar_import(server=server, content=upload.read(), user=request.user)
     except ServiceError as exc:
-        problem = exc.detail
-    if problem:
-        return render(
-            request,
-            "console/operator/error.html",
-            {"title": "Side-car not imported", "reason": problem},
-            status=422,
-        )
+        return _error(request, "Side-car not imported", exc.detail, status=422)
     messages.success(request, f"Imported the side-car: {len(result.tools)} tool(s) checked.")
     return redirect(reverse("operator:server", args=[server.pk]))
 

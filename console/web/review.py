@@ -82,19 +82,13 @@ def _execution(execution_id: UUID) -> models.Execution:
     return get_object_or_404(executions, pk=execution_id)
 
 
-def _rejection(execution: models.Execution) -> models.Rejection | None:
-    try:
-        return execution.rejection
-    except models.Rejection.DoesNotExist:
-        return None
-
-
 def _review_context(request: SignedInRequest, execution: models.Execution) -> dict[str, Any]:
     latest = models.PreflightRecord.objects.get(execution=execution, seq=execution.records)
     record = latest.record
     approver = has_role(request.user, APPROVER)
     own = execution.principal == identity(request.user)
-    rejection = _rejection(execution)
+    # A missing reverse one-to-one raises RelatedObjectDoesNotExist, an AttributeError.
+    rejection: models.Rejection | None = getattr(execution, "rejection", None)
     outcome = (
         models.Outcome.objects.filter(
             execution=execution, status__in=("executed", "failed", "outcome_unknown")
@@ -333,9 +327,11 @@ def _label(execution: models.Execution, slot_key: str) -> str:
     )
 
 
-def _form_errors(request: SignedInRequest, form: forms.Form) -> None:
+def _invalid(request: SignedInRequest, form: forms.Form) -> bool:
+    """Whether `form` is invalid; its errors become messages on the page."""
     for field, errors in form.errors.items():
         messages.error(request, f"{field}: {' '.join(map(str, errors))}")
+    return bool(form.errors)
 
 
 @role_required(APPROVER, what=ACTION)
@@ -343,8 +339,7 @@ def _form_errors(request: SignedInRequest, form: forms.Form) -> None:
 def approve_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveSlotForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     slot = form.cleaned_data["slot"]
     try:
@@ -366,18 +361,15 @@ def approve_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
 def answer_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = AnswerForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     slot, text = form.cleaned_data["slot"], form.cleaned_data["value"]
-    schema: Any = {}
-    if slot.startswith("arg:") and execution.contract is not None:
-        schema = arg_schema(execution.contract.definition, slot[4:])
+    definition = execution.contract.definition if execution.contract else None
     try:
         execution_reviewer_answer(
             execution_id=execution.pk,
             slot_key=slot,
-            value=parse_edit(text, schema),
+            value=parse_edit(text, arg_schema(definition, slot)),
             reviewer=request.user,
         )
     except InvalidAnswer as exc:
@@ -406,8 +398,7 @@ def _edit_refused(
 def approve_execution(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveExecutionForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     try:
         stored = execution_approve(
@@ -427,8 +418,7 @@ def approve_execution(request: SignedInRequest, execution_id: UUID) -> HttpRespo
 def reject(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = RejectForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     if not form.cleaned_data["confirmed"]:
         # Final, so asked once more: a page of its own without JS (with JS the dialog set `confirmed`).

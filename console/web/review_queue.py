@@ -59,10 +59,6 @@ class _Choices(CatalogFilter):
                 out.append((name, list(field.choices), str(self.data.get(name, ""))))  # type: ignore[arg-type]
         return out
 
-    def problems(self) -> list[str]:
-        """Each invalid filter and why, for the page to say instead of listing everything."""
-        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]
-
 
 class QueueFilter(_Choices):
     route = forms.ChoiceField(required=False, choices=[("", "any route"), *((r, r) for r in ROUTES)])
