@@ -237,9 +237,7 @@ def _mcp_measure(name: str, config: Mapping[str, Any], args: Mapping[str, Any], 
         return result
 
     def finish(outcome: Outcome) -> tuple[Any, datetime]:
-        if (
-            outcome.timed_out
-        ):  # the SDK's own timeouts answer first; this only catches a transport that blocks
+        if outcome.timed_out:  # the SDK's own timeouts answer first; this catches a transport that blocks
             raise MeasureFailed(f"{tool!r} lookup failed: no answer within {connect_s + timeout_s}s")
         if isinstance(outcome.error, ToolCallFailed | OutcomeUnknown):
             raise MeasureFailed(f"{tool!r} lookup failed: {outcome.error}") from outcome.error

@@ -481,7 +481,6 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Act on the latest verdict. On 2026-07-28 a question ends this request (the client answers and
         retries); on 2025-11-25 the question is asked here and the loop goes on."""
-        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         waited = 0.0
         # Every verdict but `measure` returns; `measure` polls until MEASURE_WAIT_S.
         while True:
@@ -490,7 +489,7 @@ class Gateway:
             summary = self._summary(execution_id, verdict)
             if verdict == "measure":
                 if waited >= MEASURE_WAIT_S:
-                    if modern:
+                    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
                         step = Round("wait", confirmed=confirmed)
                         return self._input_required(ctx, exposed, execution_id, step, None)
                     return _text("Lookups are still running; call again shortly.", error=True, record=summary)
@@ -508,12 +507,7 @@ class Gateway:
                             error=True,
                             record=summary,
                         )
-                    if modern:
-                        return self._input_required(ctx, exposed, execution_id, step, ask)
-                    result = await ctx.session.elicit_form(
-                        ask.message, ask.requested_schema, related_request_id=ctx.request_id
-                    )
-                    return await self._take(ctx, exposed, execution_id, step, result, caps)
+                    return await self._ask(ctx, exposed, execution_id, step, ask, caps)
                 return await self._run(exposed, execution_id, latest)
             if verdict == "ask":
                 form = self._form(exposed, latest, problem=problem)
@@ -532,12 +526,7 @@ class Gateway:
                     )
                 with_confirm = CONFIRM_FIELD in form.requested_schema["properties"]
                 step = Round("form", tuple(f.slot for f in form.fields), with_confirm, confirmed)
-                if modern:
-                    return self._input_required(ctx, exposed, execution_id, step, form)
-                result = await ctx.session.elicit_form(
-                    form.message, form.requested_schema, related_request_id=ctx.request_id
-                )
-                return await self._take(ctx, exposed, execution_id, step, result, caps)
+                return await self._ask(ctx, exposed, execution_id, step, form, caps)
             if verdict == "hold":
                 return await self._by_url(
                     ctx, exposed, execution_id, latest, caps, questions=False, confirmed=confirmed
@@ -553,6 +542,17 @@ class Gateway:
             if verdict == "deferred":
                 return self._deferred(execution_id, latest)
             return _text(f"Unexpected verdict {verdict!r}; nothing was executed.", error=True, record=summary)
+
+    async def _ask(
+        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form, caps: Caps
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Ask a form: on 2026-07-28 in the result (the client answers and retries), else during the call."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self._input_required(ctx, exposed, execution_id, step, form)
+        result = await ctx.session.elicit_form(
+            form.message, form.requested_schema, related_request_id=ctx.request_id
+        )
+        return await self._take(ctx, exposed, execution_id, step, result, caps)
 
     async def _by_url(
         self,
@@ -824,14 +824,12 @@ def _tool_words(exposed: Exposed) -> str:
 
 
 def _elicit_result(response: Any) -> types.ElicitResult | None:
-    if isinstance(response, types.ElicitResult):
-        return response
     if isinstance(response, Mapping):
         try:
             return types.ElicitResult.model_validate(response)
         except ValueError:
             return None
-    return None
+    return response if isinstance(response, types.ElicitResult) else None
 
 
 def _record(*, execution_id: str) -> dict[str, Any]:
