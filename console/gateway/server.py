@@ -345,15 +345,10 @@ class Gateway:
     ) -> models.ToolContract | types.CallToolResult:
         """The pinned contract if the upstream's live definition still hashes to it; else the refusal,
         recorded with a provider gap, before anything is sent."""
-        contract = await _db(gateway_services.pinned_contract, server=exposed.upstream.server, tool=name)
         try:
-            live_tools = await exposed.upstream.list_tools()
+            contract, live, live_digest = await self._live(exposed, name)
         except connectors.ToolCallFailed as exc:
             return _text(f"{name}: the upstream could not be reached, nothing was sent: {exc}", error=True)
-        live = next((t for t in live_tools if t.get("name") == name), None)
-        live_digest = (
-            _live_digest(exposed, live, contract) if live is not None and contract is not None else None
-        )
         if contract is not None and live_digest == contract.digest:
             self._checked[(exposed.upstream.server, name)] = (contract.digest, time.monotonic())
             return contract
@@ -742,15 +737,26 @@ class Gateway:
             )
         return result
 
-    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
+    async def _live(
+        self, exposed: Exposed, tool: str
+    ) -> tuple[models.ToolContract | None, dict[str, Any] | None, str | None]:
+        """The pinned contract, the live definition and the digest it would have as that contract (its trust
+        and side-car kept); None for what is missing."""
         contract = await _db(gateway_services.pinned_contract, server=exposed.upstream.server, tool=tool)
         live = next((t for t in await exposed.upstream.list_tools() if t.get("name") == tool), None)
-        if (
-            contract is None
-            or live is None
-            or contract.digest != pinned_digest
-            or _live_digest(exposed, live, contract) != pinned_digest
-        ):
+        if contract is None or live is None:
+            return contract, live, None
+        live_digest = gateway_services.live_digest(
+            exposed.upstream.server,
+            live,
+            annotations_trusted=contract.annotations_trusted,
+            sidecar=contract.definition.get("x-preflight"),
+        )
+        return contract, live, live_digest
+
+    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
+        contract, _, live_digest = await self._live(exposed, tool)
+        if contract is None or contract.digest != pinned_digest or live_digest != pinned_digest:
             raise connectors.ToolCallFailed(f"{tool!r}: the upstream definition changed; nothing was sent")
 
     async def _confirm(self, execution_id: str, latest: Mapping[str, Any]) -> str | None:
@@ -786,16 +792,6 @@ class Gateway:
 
 
 _MISSING = object()
-
-
-def _live_digest(exposed: Exposed, live: Mapping[str, Any], contract: models.ToolContract) -> str | None:
-    """The digest the live definition would have as this pinned contract (its trust and side-car kept)."""
-    return gateway_services.live_digest(
-        exposed.upstream.server,
-        live,
-        annotations_trusted=contract.annotations_trusted,
-        sidecar=contract.definition.get("x-preflight"),
-    )
 
 
 def _fingerprint(raw: str | None) -> str:

@@ -27,7 +27,7 @@ from console.storage import record_body_digest
 from console.web.access import AUDITOR, role_required
 from console.web.csv_cells import csv_cell
 from console.web.filters import CatalogFilter
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 
 VERDICTS = ("execute", "ask", "measure", "hold", "block", "deferred")
 PAGE_SIZE = 50
@@ -121,9 +121,7 @@ def records(request: SignedInRequest) -> HttpResponse:
         context = {"form": form, "page": empty, "problems": form.problems()}
         return render(request, template, context, status=400)
     page = Paginator(_rows(filtered(form.cleaned_data)), PAGE_SIZE).get_page(form.cleaned_data["page"])
-    if request.htmx:
-        template += "#records"
-    return render(request, template, {"form": form, "page": page})
+    return render_partial(request, template, {"form": form, "page": page}, "records")
 
 
 @role_required(AUDITOR)
@@ -148,10 +146,8 @@ def verify(request: SignedInRequest) -> HttpResponse:
     # POST, not GET: a walk of the whole chain is work someone asked for, not something a crawler or a
     # prefetching browser should start.
     report = verify_all() if request.method == "POST" else None
-    template = "console/audit/verify.html"
-    if request.htmx:
-        template += "#result"
-    return render(request, template, {"report": report, "checked_at": timezone.now()})
+    context = {"report": report, "checked_at": timezone.now()}
+    return render_partial(request, "console/audit/verify.html", context, "result")
 
 
 class _Echo:

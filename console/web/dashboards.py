@@ -17,7 +17,6 @@ from django import forms
 from django.db.models import Count, Max
 from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -31,7 +30,7 @@ from console.selectors.gap_reports import (
 )
 from console.web.access import has_role, role_required
 from console.web.operator_charts import sparkline, stacked_bars, stacked_columns
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 
 DAY_CHOICES = (7, 14, 30, 90)
 TOP_ROWS = 12
@@ -290,7 +289,4 @@ def index(request: SignedInRequest) -> HttpResponse:
             "can_report": has_role(request.user, "operator"),
         }
     )
-    template = "console/dashboards/index.html"
-    if request.htmx:
-        template += "#panel"
-    return render(request, template, context)
+    return render_partial(request, "console/dashboards/index.html", context, "panel")

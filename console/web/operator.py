@@ -51,19 +51,11 @@ from console.services.gap_reports import gap_report_create, gap_report_set_statu
 from console.services.rules import RulesCheck, check_rules_text, next_version, ruleset_save
 from console.services.sidecars import SidecarSaved, sidecar_compose, sidecar_import, sidecar_save
 from console.web.access import has_role, role_required
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 from preflight.canonical import digest
 
 operator_only = role_required("operator")
 operator_or_auditor = role_required("operator", "auditor")
-
-
-def _render(
-    request: SignedInRequest, template: str, context: dict[str, Any], *, partial: str = "", status: int = 200
-) -> HttpResponse:
-    if partial and request.htmx:
-        template = f"{template}#{partial}"
-    return render(request, template, context, status=status)
 
 
 def _error(request: SignedInRequest, title: str, reason: str, status: int) -> HttpResponse:
@@ -155,7 +147,7 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
         "statuses": [(s, counts.get(s, 0)) for s in models.GapReport.STATUSES],
         "total": sum(counts.values()),
     }
-    return _render(request, "console/operator/gap_reports.html", context, partial="list")
+    return render_partial(request, "console/operator/gap_reports.html", context, "list")
 
 
 def _report_context(request: SignedInRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
@@ -195,12 +187,11 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
             problem = exc.detail
     else:
         problem = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
-    context = _report_context(request, report, problem)
-    if request.htmx:
-        return render(request, "console/operator/gap_report.html#status", context, status=200)
-    if not problem:
+    if not problem and not request.htmx:
         return redirect("operator:gap-report", report.pk)
-    return render(request, "console/operator/gap_report.html", context, status=422)
+    context = _report_context(request, report, problem)
+    status = 200 if request.htmx else 422
+    return render_partial(request, "console/operator/gap_report.html", context, "status", status=status)
 
 
 @require_GET
@@ -355,12 +346,8 @@ def catalog_import_mcp(request: SignedInRequest) -> HttpResponse:
 @operator_only
 def server_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
-    return _render(
-        request,
-        "console/operator/server.html",
-        {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server)},
-        partial="tools",
-    )
+    context = {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server)}
+    return render_partial(request, "console/operator/server.html", context, "tools")
 
 
 class ReviewPolicyForm(forms.Form):
@@ -441,13 +428,9 @@ def server_trust(request: SignedInRequest, pk: int) -> HttpResponse:
             request, f"{server.name}: annotations are now {state}; current tools got new versions."
         )
         return redirect("operator:server", server.pk)
-    return _render(
-        request,
-        "console/operator/server.html",
-        {"server": server, "tools": _server_tools(server), "problem": problem},
-        partial="tools",
-        status=409 if problem and not request.htmx else 200,
-    )
+    context = {"server": server, "tools": _server_tools(server), "problem": problem}
+    status = 409 if problem and not request.htmx else 200
+    return render_partial(request, "console/operator/server.html", context, "tools", status=status)
 
 
 @require_GET
@@ -606,9 +589,8 @@ def rules_edit(request: SignedInRequest, name: str = "") -> HttpResponse:
         "listing": _numbered(str(text_now), check.problem.line if check and check.problem else None),
     }
     invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
-    if request.htmx:
-        return render(request, "console/operator/rules_edit.html#result", context)
-    return render(request, "console/operator/rules_edit.html", context, status=422 if invalid else 200)
+    status = 422 if invalid and not request.htmx else 200
+    return render_partial(request, "console/operator/rules_edit.html", context, "result", status=status)
 
 
 # ---- the contract workbench ------------------------------------------------------------------------------
@@ -737,10 +719,9 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
             for name in arguments
         ],
     }
-    if request.htmx:
-        return render(request, "console/operator/sidecar.html#result", context)
     invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
-    return render(request, "console/operator/sidecar.html", context, status=422 if invalid else 200)
+    status = 422 if invalid and not request.htmx else 200
+    return render_partial(request, "console/operator/sidecar.html", context, "result", status=status)
 
 
 @require_GET

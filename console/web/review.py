@@ -37,7 +37,7 @@ from console.services.review import (
 )
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 from console.web.review_rows import (
     Context,
     approved_values,
@@ -268,8 +268,7 @@ def review(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     if execution.deadline_passed and execution_expire(execution_id=execution.pk):
         execution = _execution(execution_id)
-    template = REVIEW + "#review" if request.htmx else REVIEW
-    return render(request, template, _review_context(request, execution))
+    return render_partial(request, REVIEW, _review_context(request, execution), "review")
 
 
 @role_required(APPROVER, AUDITOR)
@@ -389,8 +388,7 @@ def _edit_refused(
     the field keeping what was typed, the reason and the accepted form on it."""
     context = _review_context(request, execution)
     context["edit_error"] = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
-    template = REVIEW + "#review" if request.htmx else REVIEW
-    return render(request, template, context, status=422)
+    return render_partial(request, REVIEW, context, "review", status=422)
 
 
 @role_required(APPROVER, what=ACTION)
