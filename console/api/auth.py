@@ -36,9 +36,10 @@ class Agent:
 _TOKEN_FIELDS = ("id", "name", "token_sha256", "prefix", "principals", "user_id")
 
 
-def token_by_digest(digest: str) -> AgentToken | None:
-    """The active token with this SHA-256, read afresh on every request (one indexed query, never cached),
-    so a token revoked a moment ago is refused at once."""
+def active_token(raw: str) -> AgentToken | None:
+    """The active token `raw` is (by its SHA-256), read afresh on every request (one indexed query, never
+    cached), so a token revoked a moment ago is refused at once."""
+    digest = hashlib.sha256(raw.strip().encode("utf-8", "surrogatepass")).hexdigest()
     tokens = AgentToken.objects.only(*_TOKEN_FIELDS).filter(token_sha256=digest, revoked_at__isnull=True)
     return tokens.first()
 
@@ -52,8 +53,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise AuthenticationFailed("expected 'Authorization: Bearer <token>'")
-        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-        row = token_by_digest(digest)
+        row = active_token(token)
         if row is None:
             raise AuthenticationFailed("unknown or revoked token")
         return Agent(row), row

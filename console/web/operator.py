@@ -13,7 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Prefetch, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -263,15 +263,8 @@ def catalog(request: SignedInRequest) -> HttpResponse:
         invalid=Count("contracts", filter=Q(contracts__valid=False)),
         last_import=Max("contracts__created_at"),
     )
-    contracts = (
-        models.ToolContract.objects.filter(current=True)
-        .select_related("server")
-        .order_by("server__name", "name")
-    )
-    by_server: dict[int, list[models.ToolContract]] = {}
-    for c in contracts:
-        by_server.setdefault(c.server_id, []).append(c)
-    rows = [{"server": s, "contracts": by_server.get(s.pk, [])} for s in servers]
+    current = Prefetch("contracts", models.ToolContract.objects.filter(current=True).order_by("name"))
+    rows = [{"server": s, "contracts": list(s.contracts.all())} for s in servers.prefetch_related(current)]
     return render(request, "console/operator/catalog.html", {"rows": rows})
 
 

@@ -122,6 +122,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
     grant = models.Grant.objects.filter(record=latest).order_by("-pk").first()
     history = models.PreflightRecord.objects.filter(execution=execution).order_by("-seq")
     payload = record.get("payload")
+    nxt = review_queue.next_held(execution)
     return {
         "execution": execution,
         "latest": latest,
@@ -158,7 +159,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
         "approver": approver,
         "provider_gaps": _provider_gaps(request, record) if open_ and why_not else [],
         "version": _version(execution),
-        "next_held": _next_held(execution),
+        "next_held": reverse("review-execution", args=[nxt]) if nxt else None,
     }
 
 
@@ -212,11 +213,6 @@ def _provider_gaps(request: SignedInRequest, record: Mapping[str, Any]) -> list[
 def _version(execution: models.Execution) -> str:
     """What the live poll compares: any record, decision or run moves it (each writes the execution row)."""
     return f"{execution.records}-{execution.updated_at.timestamp():.6f}"
-
-
-def _next_held(execution: models.Execution) -> str | None:
-    nxt = review_queue.next_held(execution)
-    return reverse("review-execution", args=[nxt]) if nxt else None
 
 
 def _older_records(execution: models.Execution, seq: int, chunk: int = 10) -> Iterator[dict[str, Any]]:
