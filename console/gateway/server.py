@@ -261,14 +261,10 @@ class Gateway:
                     state.get("s"),
                     state.get("q"),
                 )
+                if [state.get(k) for k in "pta"] != [self.principal, params.name, caller.pk]:
+                    raise ValueError("another caller's state")
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
-            if (
-                state.get("p") != self.principal
-                or state.get("t") != params.name
-                or state.get("a") != caller.pk
-            ):
-                raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState")
             response = (params.input_responses or {}).get(INPUT_KEY)
             return await self._resume(ctx, exposed, execution_id, last, response, caps)
         return await self._begin(ctx, exposed, params.name, arguments, params.meta, caps)
