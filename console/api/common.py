@@ -20,12 +20,8 @@ OPERATOR_ACTION = (
     " changes."
 )
 
-ERRORS = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    413: ErrorOut,
-}
+# The error answers every view may give (bad input, no or a refused token, a body past the limit).
+ERRORS = (400, 401, 403, 413)
 
 
 def actor(request: Request) -> str:
@@ -39,4 +35,4 @@ def agent_token(request: Request) -> AgentToken | None:
 
 
 def errors(*statuses: int) -> dict[int, type[ErrorOut]]:
-    return {**ERRORS, **{s: ErrorOut for s in statuses}}
+    return dict.fromkeys((*ERRORS, *statuses), ErrorOut)

@@ -116,7 +116,7 @@ def start_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> Starte
             config = measure.get("config") or {}
             call, finish = _python_measure(str(config.get("lookup") or name), args, float(timeout_s))
         elif kind == "mcp":
-            call, finish = _mcp_measure(name, measure.get("config") or {}, args, float(timeout_s))
+            call, finish = _mcp_measure(measure.get("config") or {}, args, float(timeout_s))
         else:
             raise MeasureFailed(f"unknown measure kind {kind!r}")
     except Exception as exc:
@@ -222,7 +222,7 @@ def _python_measure(lookup: str, args: Mapping[str, Any], timeout_s: float) -> _
     return Call(fn, dict(args), timeout_s), finish
 
 
-def _mcp_measure(name: str, config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float) -> _Started:
+def _mcp_measure(config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float) -> _Started:
     connector, tool = config.get("connector"), config.get("tool")
     if not isinstance(connector, Mapping) or not isinstance(tool, str):
         raise MeasureFailed("mcp measure needs config.connector and config.tool")

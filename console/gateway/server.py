@@ -482,7 +482,7 @@ class Gateway:
                 if waited >= MEASURE_WAIT_S:
                     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
                         step = Round("wait", confirmed=confirmed)
-                        return self._input_required(ctx, exposed, execution_id, step, None)
+                        return self._input_required(exposed, execution_id, step, None)
                     return _text("Lookups are still running; call again shortly.", error=True, record=summary)
                 await anyio.sleep(0.1)
                 waited += 0.1
@@ -539,7 +539,7 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask a form: on 2026-07-28 in the result (the client answers and retries), else during the call."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return self._input_required(ctx, exposed, execution_id, step, form)
+            return self._input_required(exposed, execution_id, step, form)
         result = await ctx.session.elicit_form(
             form.message, form.requested_schema, related_request_id=ctx.request_id
         )
@@ -577,7 +577,7 @@ class Gateway:
             request = types.ElicitRequest(params=types.ElicitRequestURLParams(message=message, url=url))
             return types.InputRequiredResult(
                 input_requests={INPUT_KEY: request},
-                request_state=self._state(ctx, exposed, execution_id, step),
+                request_state=self._state(exposed, execution_id, step),
             )
         result = await ctx.session.elicit_url(
             message,
@@ -594,7 +594,7 @@ class Gateway:
 
     # ---- pieces ----------------------------------------------------------------------------------
 
-    def _state(self, ctx: Any, exposed: Exposed, execution_id: str, step: Round) -> str:
+    def _state(self, exposed: Exposed, execution_id: str, step: Round) -> str:
         tool = next(name for name, e in self.tools.items() if e is exposed)
         state = {
             "e": execution_id,
@@ -615,7 +615,7 @@ class Gateway:
         return json.dumps(state, separators=(",", ":"))
 
     def _input_required(
-        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
+        self, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
     ) -> types.InputRequiredResult:
         requests: dict[str, types.InputRequest] | None = None
         if form is not None:
@@ -626,7 +626,7 @@ class Gateway:
             )
             requests = {INPUT_KEY: request}
         return types.InputRequiredResult(
-            input_requests=requests, request_state=self._state(ctx, exposed, execution_id, step)
+            input_requests=requests, request_state=self._state(exposed, execution_id, step)
         )
 
     def _target(self, exposed: Exposed, latest: Mapping[str, Any]) -> Exposed:
