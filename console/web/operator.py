@@ -433,7 +433,6 @@ def contract_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     versions = list(
         models.ToolContract.objects.filter(server=contract.server, name=contract.name).order_by("-created_at")
     )
-    older = [v for v in versions if v.created_at < contract.created_at]
     problem = ""
     try:
         preview = contract_preview(contract)
@@ -445,7 +444,7 @@ def contract_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         {
             "contract": contract,
             "versions": versions,
-            "previous": older[0] if older else None,
+            "previous": next((v for v in versions if v.created_at < contract.created_at), None),
             "preview": preview,
             "preview_problem": problem,
             "definition": pretty_json(contract.definition),

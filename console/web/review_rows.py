@@ -460,18 +460,15 @@ def conversation(request: Mapping[str, Any], rows: Sequence[SlotRow]) -> list[Tu
         for token in row.spans.split():
             t, a, b = (int(x) for x in token.split(":"))
             marks.setdefault(t, []).append((a, b, token, css, row.key))
-    turns = []
-    for index, turn in enumerate(request.get("conversation") or []):
-        content = str(turn.get("content") or "")
-        turns.append(
-            Turn(
-                index,
-                str(turn.get("role") or ""),
-                bool(turn.get("trusted")),
-                _segments(content, marks.get(index, [])),
-            )
+    return [
+        Turn(
+            index,
+            str(turn.get("role") or ""),
+            bool(turn.get("trusted")),
+            _segments(str(turn.get("content") or ""), marks.get(index, [])),
         )
-    return turns
+        for index, turn in enumerate(request.get("conversation") or [])
+    ]
 
 
 def _segments(content: str, marks: list[tuple[int, int, str, str, str]]) -> list[Segment]:
