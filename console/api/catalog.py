@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -93,13 +91,6 @@ class CatalogImportView(APIView):
     def post(self, request: Request) -> Response:
         data = CatalogImportIn(data=request.data)
         data.is_valid(raise_exception=True)
-        v: dict[str, Any] = data.validated_data
-        result = catalog_import(
-            server=v["server"],
-            tools=v["tools"],
-            annotations_trusted=v.get("annotations_trusted"),
-            connector=v.get("connector"),
-            extensions=v.get("extensions"),
-            actor=actor(request),
-        )
+        # Absent optional fields are left out of validated_data: the service's defaults apply.
+        result = catalog_import(**data.validated_data, actor=actor(request))
         return Response(CatalogImportOut(result).data, status=201)

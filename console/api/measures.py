@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -47,14 +45,7 @@ class MeasureCreateView(APIView):
     def post(self, request: Request) -> Response:
         data = MeasureIn(data=request.data)
         data.is_valid(raise_exception=True)
-        v: dict[str, Any] = data.validated_data
-        measure, created = measure_create(
-            name=v["name"],
-            kind=v["kind"],
-            url=v.get("url", ""),
-            timeout_s=v["timeout_s"],
-            config=v.get("config"),
-            actor=actor(request),
-        )
+        # Absent optional fields are left out of validated_data: the service's defaults apply.
+        measure, created = measure_create(**data.validated_data, actor=actor(request))
         out = MeasureOut({**measure.as_connector_spec(), "created": created}).data
         return Response(out, status=201 if created else 200)
