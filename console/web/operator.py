@@ -623,20 +623,6 @@ class SidecarForm(forms.Form):
     )
 
 
-def _sidecar_fields(form: SidecarForm, arguments: list[str], data: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        k: form.cleaned_data.get(k) for k in ("state_change", "prose_reviewed", "notices")
-    }
-    fields["slots"] = {
-        name: {
-            "confirm": data.get(f"slot-{name}-confirm") == "on",
-            "question": (data.get(f"slot-{name}-question") or "").strip(),
-        }
-        for name in arguments
-    }
-    return fields
-
-
 @require_http_methods(["GET", "POST"])
 @operator_only
 def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
@@ -651,9 +637,17 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
     if request.method == "POST":
         form = SidecarForm(request.POST)
         form.is_valid()
-        extension, compose_problem = sidecar_compose(
-            text=form.cleaned_data.get("text", ""), fields=_sidecar_fields(form, arguments, request.POST)
-        )
+        fields: dict[str, Any] = {
+            k: form.cleaned_data.get(k) for k in ("state_change", "prose_reviewed", "notices")
+        }
+        fields["slots"] = {
+            name: {
+                "confirm": request.POST.get(f"slot-{name}-confirm") == "on",
+                "question": (request.POST.get(f"slot-{name}-question") or "").strip(),
+            }
+            for name in arguments
+        }
+        extension, compose_problem = sidecar_compose(text=form.cleaned_data.get("text", ""), fields=fields)
         try:
             sample = json.loads(form.cleaned_data.get("sample") or "{}")
         except json.JSONDecodeError as exc:
