@@ -14,13 +14,8 @@ class APIBodyLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/"):
-            refused = self.check(request)
-            if refused is not None:
-                return refused
-        return self.get_response(request)
-
-    def check(self, request: HttpRequest) -> HttpResponse | None:
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         raw = request.META.get("CONTENT_LENGTH") or "0"
         try:
@@ -38,7 +33,7 @@ class APIBodyLimitMiddleware:
             return too_large(limit)
         if len(body) > limit:
             return too_large(limit)
-        return None
+        return self.get_response(request)
 
 
 def too_large(limit: int) -> JsonResponse:

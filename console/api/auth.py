@@ -5,14 +5,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from django.db import connection
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from console.models import AgentToken
-from console.storage import json_value, raw_rows, table
 
 
 class Agent:
@@ -34,23 +32,16 @@ class Agent:
         return self.username
 
 
-# What a request needs of its token. Timestamps stay deferred: a plain cursor gives them as text on SQLite.
+# What a request needs of its token.
 _TOKEN_FIELDS = ("id", "name", "token_sha256", "prefix", "principals", "user_id")
 
 
-def token_by_digest(digest: str) -> AgentToken | None:
-    """The active token with this SHA-256, read afresh on every request (one indexed query, never cached),
-    so a token revoked a moment ago is refused at once."""
-    sql = (
-        f"SELECT {', '.join(_TOKEN_FIELDS)} FROM {table(AgentToken)}"
-        " WHERE token_sha256 = %s AND revoked_at IS NULL"
-    )
-    rows = raw_rows(sql, (digest,))
-    if not rows:
-        return None
-    pk, name, sha256, prefix, principals, user_id = rows[0]
-    values = (pk, name, sha256, prefix, json_value(principals), user_id)
-    return AgentToken.from_db(connection.alias, _TOKEN_FIELDS, values)
+def active_token(raw: str) -> AgentToken | None:
+    """The active token `raw` is (by its SHA-256), read afresh on every request (one indexed query, never
+    cached), so a token revoked a moment ago is refused at once."""
+    digest = hashlib.sha256(raw.strip().encode("utf-8", "surrogatepass")).hexdigest()
+    tokens = AgentToken.objects.only(*_TOKEN_FIELDS).filter(token_sha256=digest, revoked_at__isnull=True)
+    return tokens.first()
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -62,8 +53,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise AuthenticationFailed("expected 'Authorization: Bearer <token>'")
-        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-        row = token_by_digest(digest)
+        row = active_token(token)
         if row is None:
             raise AuthenticationFailed("unknown or revoked token")
         return Agent(row), row

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.common import actor, errors
+from console.api.common import OPERATOR_ACTION, actor, errors
 from console.api.fields import AnyJSON, Array, Flag, JSONObject, Object, Text
 from console.models import Server
-from console.services.catalog import catalog_import
+from console.services.catalog import CatalogImport, ImportedTool, catalog_import
 
 
 class ConnectorIn(serializers.Serializer[JSONObject]):
@@ -63,7 +61,7 @@ class CatalogImportIn(serializers.Serializer[JSONObject]):
     )
 
 
-class ImportedToolOut(serializers.Serializer[JSONObject]):
+class ImportedToolOut(serializers.Serializer[ImportedTool]):
     name = serializers.CharField()
     contract_digest = serializers.CharField(allow_null=True)
     obligations = serializers.ListField(child=serializers.DictField())
@@ -71,8 +69,8 @@ class ImportedToolOut(serializers.Serializer[JSONObject]):
     version = serializers.ChoiceField(choices=["new", "unchanged", "invalid"])
 
 
-class CatalogImportOut(serializers.Serializer[JSONObject]):
-    server = serializers.CharField()
+class CatalogImportOut(serializers.Serializer[CatalogImport]):
+    server = serializers.CharField(source="server.name")
     tools = ImportedToolOut(many=True)
     retired = serializers.ListField(child=serializers.CharField(), help_text="tools no longer in the list")
     kept = serializers.ListField(
@@ -86,39 +84,13 @@ class CatalogImportView(APIView):
     @extend_schema(
         operation_id="catalog_import",
         summary="Import a tools/list result; each tool is checked on its own, problems reported per tool",
-        description=(
-            "An operator action: needs an operator token (manage.py create_operator_token NAME --user"
-            " USERNAME) whose user holds the operator role at the time of the call. An agent token gets 403"
-            " `forbidden` and nothing changes."
-        ),
+        description=OPERATOR_ACTION,
         request=CatalogImportIn,
         responses={201: CatalogImportOut, **errors()},
     )
     def post(self, request: Request) -> Response:
         data = CatalogImportIn(data=request.data)
         data.is_valid(raise_exception=True)
-        v: dict[str, Any] = data.validated_data
-        result = catalog_import(
-            server=v["server"],
-            tools=v["tools"],
-            annotations_trusted=v.get("annotations_trusted"),
-            connector=v.get("connector"),
-            extensions=v.get("extensions"),
-            actor=actor(request),
-        )
-        out = {
-            "server": result.server.name,
-            "tools": [
-                {
-                    "name": t.name,
-                    "contract_digest": t.contract_digest,
-                    "obligations": t.obligations,
-                    "problems": t.problems,
-                    "version": t.version,
-                }
-                for t in result.tools
-            ],
-            "retired": result.retired,
-            "kept": result.kept,
-        }
-        return Response(CatalogImportOut(out).data, status=201)
+        # Absent optional fields are left out of validated_data: the service's defaults apply.
+        result = catalog_import(**data.validated_data, actor=actor(request))
+        return Response(CatalogImportOut(result).data, status=201)

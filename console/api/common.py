@@ -13,13 +13,15 @@ from console.models import AgentToken
 
 # What an agent's views declare; every other API view is an operator action (the settings' default).
 AGENT_PERMISSIONS = [IsAuthenticated, IsAgent]
+# The OpenAPI description of every operator action.
+OPERATOR_ACTION = (
+    "An operator action: needs an operator token (manage.py create_operator_token NAME --user USERNAME) whose"
+    " user holds the operator role at the time of the call. An agent token gets 403 `forbidden` and nothing"
+    " changes."
+)
 
-ERRORS = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    413: ErrorOut,
-}
+# The error answers every view may give (bad input, no or a refused token, a body past the limit).
+ERRORS = (400, 401, 403, 413)
 
 
 def actor(request: Request) -> str:
@@ -33,4 +35,4 @@ def agent_token(request: Request) -> AgentToken | None:
 
 
 def errors(*statuses: int) -> dict[int, type[ErrorOut]]:
-    return {**ERRORS, **{s: ErrorOut for s in statuses}}
+    return dict.fromkeys((*ERRORS, *statuses), ErrorOut)

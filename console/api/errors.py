@@ -11,6 +11,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from console.errors import BadInput, Conflict, InvalidAnswer, NotFound, ServiceError, Unprocessable
@@ -40,8 +41,8 @@ _DRF_CODES: dict[type[exceptions.APIException], str] = {
 }
 
 
-def error(code: str, detail: str, status_code: int, headers: Mapping[str, str] | None = None) -> Response:
-    return Response({"error": code, "detail": detail}, status=status_code, headers=dict(headers or {}))
+def error(code: str, detail: str, status_code: int) -> Response:
+    return Response({"error": code, "detail": detail}, status=status_code)
 
 
 def flatten(detail: Any, prefix: str = "") -> list[str]:
@@ -88,18 +89,14 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         code = getattr(exc, "error_code", None) or next(
             (c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error"
         )
-        headers: dict[str, str] = {}
-        # Set by DRF on the exceptions that carry them (APIView sets auth_header, Throttled has wait).
-        auth_header = getattr(exc, "auth_header", None)
-        if auth_header:
-            headers["WWW-Authenticate"] = auth_header
-        wait = getattr(exc, "wait", None)
-        if wait:
-            headers["Retry-After"] = f"{int(wait)}"
         detail = (
             "; ".join(flatten(exc.detail)) if isinstance(exc, exceptions.ValidationError) else str(exc.detail)
         )
-        return error(code, detail, exc.status_code, headers)
+        # DRF's own answer gives the status and headers (WWW-Authenticate, Retry-After); the body is ours.
+        response = drf_exception_handler(exc, dict(context))
+        assert response is not None  # DRF answers every APIException
+        response.data = {"error": code, "detail": detail}
+        return response
     if isinstance(exc, OperationalError | InterfaceError):
         logger.exception("database unavailable")
         return error("unavailable", "the database is unavailable; nothing was recorded, retry later", 503)

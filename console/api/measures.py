@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -11,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.common import actor, errors
+from console.api.common import OPERATOR_ACTION, actor, errors
 from console.api.fields import AnyJSON, JSONObject, Number, Object, Text
 from console.models import Measure
 from console.services.measures import measure_create
@@ -40,25 +38,14 @@ class MeasureCreateView(APIView):
     @extend_schema(
         operation_id="measures_create",
         summary="Register a lookup (or redefine one by name)",
-        description=(
-            "An operator action: needs an operator token (manage.py create_operator_token NAME --user"
-            " USERNAME) whose user holds the operator role at the time of the call. An agent token gets 403"
-            " `forbidden` and nothing changes."
-        ),
+        description=OPERATOR_ACTION,
         request=MeasureIn,
         responses={201: MeasureOut, 200: MeasureOut, **errors()},
     )
     def post(self, request: Request) -> Response:
         data = MeasureIn(data=request.data)
         data.is_valid(raise_exception=True)
-        v: dict[str, Any] = data.validated_data
-        measure, created = measure_create(
-            name=v["name"],
-            kind=v["kind"],
-            url=v.get("url", ""),
-            timeout_s=v["timeout_s"],
-            config=v.get("config"),
-            actor=actor(request),
-        )
+        # Absent optional fields are left out of validated_data: the service's defaults apply.
+        measure, created = measure_create(**data.validated_data, actor=actor(request))
         out = MeasureOut({**measure.as_connector_spec(), "created": created}).data
         return Response(out, status=201 if created else 200)

@@ -116,7 +116,7 @@ def start_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> Starte
             config = measure.get("config") or {}
             call, finish = _python_measure(str(config.get("lookup") or name), args, float(timeout_s))
         elif kind == "mcp":
-            call, finish = _mcp_measure(name, measure.get("config") or {}, args, float(timeout_s))
+            call, finish = _mcp_measure(measure.get("config") or {}, args, float(timeout_s))
         else:
             raise MeasureFailed(f"unknown measure kind {kind!r}")
     except Exception as exc:
@@ -222,7 +222,7 @@ def _python_measure(lookup: str, args: Mapping[str, Any], timeout_s: float) -> _
     return Call(fn, dict(args), timeout_s), finish
 
 
-def _mcp_measure(name: str, config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float) -> _Started:
+def _mcp_measure(config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float) -> _Started:
     connector, tool = config.get("connector"), config.get("tool")
     if not isinstance(connector, Mapping) or not isinstance(tool, str):
         raise MeasureFailed("mcp measure needs config.connector and config.tool")
@@ -237,9 +237,7 @@ def _mcp_measure(name: str, config: Mapping[str, Any], args: Mapping[str, Any], 
         return result
 
     def finish(outcome: Outcome) -> tuple[Any, datetime]:
-        if (
-            outcome.timed_out
-        ):  # the SDK's own timeouts answer first; this only catches a transport that blocks
+        if outcome.timed_out:  # the SDK's own timeouts answer first; this catches a transport that blocks
             raise MeasureFailed(f"{tool!r} lookup failed: no answer within {connect_s + timeout_s}s")
         if isinstance(outcome.error, ToolCallFailed | OutcomeUnknown):
             raise MeasureFailed(f"{tool!r} lookup failed: {outcome.error}") from outcome.error

@@ -234,13 +234,6 @@ def checked_connector(connector: Any, *, what: str = "connector") -> dict[str, A
     return out
 
 
-def allow_listed(connector: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        return checked_connector(connector)
-    except egress.EgressRefused as exc:
-        raise ToolCallFailed(f"{exc.code}: {exc.detail}") from None
-
-
 async def open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errlog: TextIO | None) -> Any:
     """Enter an MCP ``Client`` for the connector on ``stack`` (connect + protocol negotiation)."""
     from mcp import Client, Implementation, StdioServerParameters
@@ -248,7 +241,10 @@ async def open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errlo
     from mcp.client.streamable_http import streamable_http_client
 
     # Checked again here, whatever was checked when it was stored: the row may predate the allow-lists.
-    connector = allow_listed(connector)
+    try:
+        connector = checked_connector(connector)
+    except egress.EgressRefused as exc:
+        raise ToolCallFailed(f"{exc.code}: {exc.detail}") from None
     kind = connector["kind"]
     transport: Any
     if kind == "mcp_stdio":

@@ -1,5 +1,5 @@
 """Who a gateway call is from: an agent token, looked up exactly as the REST API looks it up
-(`console.api.auth.token_by_digest`, one fresh query, so a revoked token is refused at once).
+(`console.api.auth.active_token`, one fresh query, so a revoked token is refused at once).
 
 Over streamable HTTP every request carries `Authorization: Bearer <token>`; the SDK's bearer middleware asks
 `AgentTokenVerifier` (401 for a missing, unknown or revoked token; 403 `insufficient_scope` for an operator
@@ -10,21 +10,21 @@ Either way `check` runs again at every call, before anything reaches an upstream
 
 from __future__ import annotations
 
-import hashlib
-
 import anyio.to_thread
 import mcp_types as types
 from django.db import close_old_connections
 from mcp.server.auth.provider import AccessToken
 from mcp.shared.exceptions import MCPError
 
-from console.api.auth import token_by_digest
+from console.api.auth import active_token
 from console.models import AgentToken
 
 TOKEN_ENV = "PREFLIGHT_AGENT_TOKEN"
 # The scope an agent token carries; an operator token carries the other one and is refused (403).
 AGENT_SCOPE = "agent"
 OPERATOR_SCOPE = "operator"
+# The same read as the REST API's, under the name the gateway (and `manage.py demo`) knows it by.
+lookup = active_token
 
 
 class TokenRefused(MCPError):
@@ -37,14 +37,6 @@ class TokenRefused(MCPError):
         # Not `error`: MCPError keeps its ErrorData there.
         self.kind = error
         self.detail = detail
-
-
-def lookup(raw: str) -> AgentToken | None:
-    """The active token `raw` is, read afresh (never cached)."""
-    raw = raw.strip()
-    if not raw:
-        return None
-    return token_by_digest(hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def check(raw: str | None, principal: str) -> AgentToken:

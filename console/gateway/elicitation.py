@@ -53,11 +53,7 @@ class Form:
     def answers(self, content: Mapping[str, Any] | None) -> dict[str, Any]:
         """The slot answers of an accepted form. A field the user left empty is not an answer."""
         content = content or {}
-        out: dict[str, Any] = {}
-        for f in self.fields:
-            if f.slot in content and content[f.slot] is not None:
-                out[f.slot] = f.decode(content[f.slot])
-        return out
+        return {f.slot: f.decode(content[f.slot]) for f in self.fields if content.get(f.slot) is not None}
 
 
 def _common(question: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -261,14 +261,10 @@ class Gateway:
                     state.get("s"),
                     state.get("q"),
                 )
+                if [state.get(k) for k in "pta"] != [self.principal, params.name, caller.pk]:
+                    raise ValueError("another caller's state")
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
-            if (
-                state.get("p") != self.principal
-                or state.get("t") != params.name
-                or state.get("a") != caller.pk
-            ):
-                raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState")
             response = (params.input_responses or {}).get(INPUT_KEY)
             return await self._resume(ctx, exposed, execution_id, last, response, caps)
         return await self._begin(ctx, exposed, params.name, arguments, params.meta, caps)
@@ -345,15 +341,10 @@ class Gateway:
     ) -> models.ToolContract | types.CallToolResult:
         """The pinned contract if the upstream's live definition still hashes to it; else the refusal,
         recorded with a provider gap, before anything is sent."""
-        contract = await _db(gateway_services.pinned_contract, server=exposed.upstream.server, tool=name)
         try:
-            live_tools = await exposed.upstream.list_tools()
+            contract, live, live_digest = await self._live(exposed, name)
         except connectors.ToolCallFailed as exc:
             return _text(f"{name}: the upstream could not be reached, nothing was sent: {exc}", error=True)
-        live = next((t for t in live_tools if t.get("name") == name), None)
-        live_digest = (
-            _live_digest(exposed, live, contract) if live is not None and contract is not None else None
-        )
         if contract is not None and live_digest == contract.digest:
             self._checked[(exposed.upstream.server, name)] = (contract.digest, time.monotonic())
             return contract
@@ -481,7 +472,6 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Act on the latest verdict. On 2026-07-28 a question ends this request (the client answers and
         retries); on 2025-11-25 the question is asked here and the loop goes on."""
-        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         waited = 0.0
         # Every verdict but `measure` returns; `measure` polls until MEASURE_WAIT_S.
         while True:
@@ -490,9 +480,9 @@ class Gateway:
             summary = self._summary(execution_id, verdict)
             if verdict == "measure":
                 if waited >= MEASURE_WAIT_S:
-                    if modern:
+                    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
                         step = Round("wait", confirmed=confirmed)
-                        return self._input_required(ctx, exposed, execution_id, step, None)
+                        return self._input_required(exposed, execution_id, step, None)
                     return _text("Lookups are still running; call again shortly.", error=True, record=summary)
                 await anyio.sleep(0.1)
                 waited += 0.1
@@ -508,12 +498,7 @@ class Gateway:
                             error=True,
                             record=summary,
                         )
-                    if modern:
-                        return self._input_required(ctx, exposed, execution_id, step, ask)
-                    result = await ctx.session.elicit_form(
-                        ask.message, ask.requested_schema, related_request_id=ctx.request_id
-                    )
-                    return await self._take(ctx, exposed, execution_id, step, result, caps)
+                    return await self._ask(ctx, exposed, execution_id, step, ask, caps)
                 return await self._run(exposed, execution_id, latest)
             if verdict == "ask":
                 form = self._form(exposed, latest, problem=problem)
@@ -532,12 +517,7 @@ class Gateway:
                     )
                 with_confirm = CONFIRM_FIELD in form.requested_schema["properties"]
                 step = Round("form", tuple(f.slot for f in form.fields), with_confirm, confirmed)
-                if modern:
-                    return self._input_required(ctx, exposed, execution_id, step, form)
-                result = await ctx.session.elicit_form(
-                    form.message, form.requested_schema, related_request_id=ctx.request_id
-                )
-                return await self._take(ctx, exposed, execution_id, step, result, caps)
+                return await self._ask(ctx, exposed, execution_id, step, form, caps)
             if verdict == "hold":
                 return await self._by_url(
                     ctx, exposed, execution_id, latest, caps, questions=False, confirmed=confirmed
@@ -553,6 +533,17 @@ class Gateway:
             if verdict == "deferred":
                 return self._deferred(execution_id, latest)
             return _text(f"Unexpected verdict {verdict!r}; nothing was executed.", error=True, record=summary)
+
+    async def _ask(
+        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form, caps: Caps
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Ask a form: on 2026-07-28 in the result (the client answers and retries), else during the call."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return self._input_required(exposed, execution_id, step, form)
+        result = await ctx.session.elicit_form(
+            form.message, form.requested_schema, related_request_id=ctx.request_id
+        )
+        return await self._take(ctx, exposed, execution_id, step, result, caps)
 
     async def _by_url(
         self,
@@ -586,7 +577,7 @@ class Gateway:
             request = types.ElicitRequest(params=types.ElicitRequestURLParams(message=message, url=url))
             return types.InputRequiredResult(
                 input_requests={INPUT_KEY: request},
-                request_state=self._state(ctx, exposed, execution_id, step),
+                request_state=self._state(exposed, execution_id, step),
             )
         result = await ctx.session.elicit_url(
             message,
@@ -603,7 +594,7 @@ class Gateway:
 
     # ---- pieces ----------------------------------------------------------------------------------
 
-    def _state(self, ctx: Any, exposed: Exposed, execution_id: str, step: Round) -> str:
+    def _state(self, exposed: Exposed, execution_id: str, step: Round) -> str:
         tool = next(name for name, e in self.tools.items() if e is exposed)
         state = {
             "e": execution_id,
@@ -624,7 +615,7 @@ class Gateway:
         return json.dumps(state, separators=(",", ":"))
 
     def _input_required(
-        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
+        self, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
     ) -> types.InputRequiredResult:
         requests: dict[str, types.InputRequest] | None = None
         if form is not None:
@@ -635,7 +626,7 @@ class Gateway:
             )
             requests = {INPUT_KEY: request}
         return types.InputRequiredResult(
-            input_requests=requests, request_state=self._state(ctx, exposed, execution_id, step)
+            input_requests=requests, request_state=self._state(exposed, execution_id, step)
         )
 
     def _target(self, exposed: Exposed, latest: Mapping[str, Any]) -> Exposed:
@@ -742,15 +733,26 @@ class Gateway:
             )
         return result
 
-    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
+    async def _live(
+        self, exposed: Exposed, tool: str
+    ) -> tuple[models.ToolContract | None, dict[str, Any] | None, str | None]:
+        """The pinned contract, the live definition and the digest it would have as that contract (its trust
+        and side-car kept); None for what is missing."""
         contract = await _db(gateway_services.pinned_contract, server=exposed.upstream.server, tool=tool)
         live = next((t for t in await exposed.upstream.list_tools() if t.get("name") == tool), None)
-        if (
-            contract is None
-            or live is None
-            or contract.digest != pinned_digest
-            or _live_digest(exposed, live, contract) != pinned_digest
-        ):
+        if contract is None or live is None:
+            return contract, live, None
+        live_digest = gateway_services.live_digest(
+            exposed.upstream.server,
+            live,
+            annotations_trusted=contract.annotations_trusted,
+            sidecar=contract.definition.get("x-preflight"),
+        )
+        return contract, live, live_digest
+
+    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
+        contract, _, live_digest = await self._live(exposed, tool)
+        if contract is None or contract.digest != pinned_digest or live_digest != pinned_digest:
             raise connectors.ToolCallFailed(f"{tool!r}: the upstream definition changed; nothing was sent")
 
     async def _confirm(self, execution_id: str, latest: Mapping[str, Any]) -> str | None:
@@ -788,16 +790,6 @@ class Gateway:
 _MISSING = object()
 
 
-def _live_digest(exposed: Exposed, live: Mapping[str, Any], contract: models.ToolContract) -> str | None:
-    """The digest the live definition would have as this pinned contract (its trust and side-car kept)."""
-    return gateway_services.live_digest(
-        exposed.upstream.server,
-        live,
-        annotations_trusted=contract.annotations_trusted,
-        sidecar=contract.definition.get("x-preflight"),
-    )
-
-
 def _fingerprint(raw: str | None) -> str:
     return hashlib.sha256((raw or "").encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -824,14 +816,12 @@ def _tool_words(exposed: Exposed) -> str:
 
 
 def _elicit_result(response: Any) -> types.ElicitResult | None:
-    if isinstance(response, types.ElicitResult):
-        return response
     if isinstance(response, Mapping):
         try:
             return types.ElicitResult.model_validate(response)
         except ValueError:
             return None
-    return None
+    return response if isinstance(response, types.ElicitResult) else None
 
 
 def _record(*, execution_id: str) -> dict[str, Any]:

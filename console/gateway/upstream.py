@@ -99,16 +99,13 @@ class Upstream:
             self._closed = closed
             return self._client
 
-    async def _drop(self) -> None:
-        """Close the session (a call saw it break); the next call reconnects."""
+    async def close(self) -> None:
+        """Close the session (at shut-down, or a call saw it break); the next call reconnects."""
         if self._closed is not None:
             self._closed.set()
             self._closed = None
         self._client = None
         await anyio.lowlevel.checkpoint()
-
-    async def close(self) -> None:
-        await self._drop()
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """The live `tools/list`, every page, as wire dicts. Retried once on a fresh session: listing acts on
@@ -125,7 +122,7 @@ class Upstream:
             except connectors.ToolCallFailed:
                 raise
             except Exception as exc:
-                await self._drop()
+                await self.close()
                 if attempt == 2:
                     raise connectors.ToolCallFailed(
                         f"upstream {self.server!r}: tools/list failed: {_describe(exc)}"
@@ -147,7 +144,7 @@ class Upstream:
             raise connector_tools.classify_mcp_error(exc, tool) from None
         except Exception as exc:
             # Sent, then the answer was lost (a timeout, a dead process): it may have acted.
-            await self._drop()
+            await self.close()
             raise connectors.OutcomeUnknown(f"{tool!r}: {_describe(exc)}") from None
         if not isinstance(answer, CallToolResult):
             raise connectors.ToolCallFailed(f"{tool!r} asked for input mid-call")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ from console.storage import record_body_digest
 from console.web.access import AUDITOR, role_required
 from console.web.csv_cells import csv_cell
 from console.web.filters import CatalogFilter
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 
 VERDICTS = ("execute", "ask", "measure", "hold", "block", "deferred")
 PAGE_SIZE = 50
@@ -60,10 +60,6 @@ class RecordFilter(CatalogFilter):
         super().__init__(*args, **kwargs)
         for name, field in self.fields.items():
             field.widget.attrs["aria-label"] = name
-
-    def problems(self) -> list[str]:
-        """Each invalid filter and why: said instead of listing (or exporting) every record."""
-        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]
 
 
 def filtered(data: dict[str, Any]) -> QuerySet[models.PreflightRecord]:
@@ -125,9 +121,7 @@ def records(request: SignedInRequest) -> HttpResponse:
         context = {"form": form, "page": empty, "problems": form.problems()}
         return render(request, template, context, status=400)
     page = Paginator(_rows(filtered(form.cleaned_data)), PAGE_SIZE).get_page(form.cleaned_data["page"])
-    if request.htmx:
-        template += "#records"
-    return render(request, template, {"form": form, "page": page})
+    return render_partial(request, template, {"form": form, "page": page}, "records")
 
 
 @role_required(AUDITOR)
@@ -152,10 +146,8 @@ def verify(request: SignedInRequest) -> HttpResponse:
     # POST, not GET: a walk of the whole chain is work someone asked for, not something a crawler or a
     # prefetching browser should start.
     report = verify_all() if request.method == "POST" else None
-    template = "console/audit/verify.html"
-    if request.htmx:
-        template += "#result"
-    return render(request, template, {"report": report, "checked_at": timezone.now()})
+    context = {"report": report, "checked_at": timezone.now()}
+    return render_partial(request, "console/audit/verify.html", context, "result")
 
 
 class _Echo:
@@ -163,41 +155,40 @@ class _Echo:
         return value
 
 
-def _export_filter(request: SignedInRequest) -> RecordFilter | HttpResponse:
-    """The list page's filters, or a 400 naming the invalid ones: an export is exactly what the page lists."""
+def _export(
+    request: SignedInRequest,
+    ext: str,
+    content_type: str,
+    lines: Callable[[Iterator[dict[str, Any]]], Iterator[str]],
+    *,
+    with_record: bool = False,
+) -> HttpResponse | StreamingHttpResponse:
+    """The records the list page's filters select (an export is exactly what the page lists), as `lines`
+    writes them; a 400 naming the invalid filters instead."""
     form = RecordFilter(request.GET)
     if not form.is_valid():
         reason = "These filters are not valid, so nothing is exported: " + "; ".join(form.problems())
         return HttpResponseBadRequest(reason, content_type="text/plain; charset=utf-8")
-    return form
-
-
-def _export_rows(form: RecordFilter, *, with_record: bool = False) -> Iterator[dict[str, Any]]:
     # Streamed in chunks from a server-side cursor: an export of every record never sits in memory.
-    yield from _rows(filtered(form.cleaned_data), with_record=with_record).iterator(chunk_size=200)
-
-
-def _filename(ext: str) -> str:
-    return f"preflight-records-{timezone.now():%Y%m%dT%H%M%SZ}.{ext}"
+    rows = _rows(filtered(form.cleaned_data), with_record=with_record).iterator(chunk_size=200)
+    response = StreamingHttpResponse(lines(rows), content_type=content_type)
+    name = f"preflight-records-{timezone.now():%Y%m%dT%H%M%SZ}.{ext}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 @role_required(AUDITOR)
 @require_GET
 def export_csv(request: SignedInRequest) -> HttpResponse | StreamingHttpResponse:
-    form = _export_filter(request)
-    if isinstance(form, HttpResponse):
-        return form
     writer = csv.writer(_Echo())
 
-    def lines() -> Iterator[str]:
+    def lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
         yield writer.writerow(EXPORT_COLUMNS)
-        for row in _export_rows(form):
+        for row in rows:
             row["created_at"] = row["created_at"].isoformat()
             yield writer.writerow([csv_cell(row[c]) for c in EXPORT_COLUMNS])
 
-    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{_filename("csv")}"'
-    return response
+    return _export(request, "csv", "text/csv; charset=utf-8", lines)
 
 
 @role_required(AUDITOR)
@@ -205,18 +196,13 @@ def export_csv(request: SignedInRequest) -> HttpResponse | StreamingHttpResponse
 def export_jsonl(request: SignedInRequest) -> HttpResponse | StreamingHttpResponse:
     """One line per record: the columns of the CSV plus the full record, which its digest can be checked
     against (sha256 over the RFC 8785 canonical JSON of the record without `record_digest`)."""
-    form = _export_filter(request)
-    if isinstance(form, HttpResponse):
-        return form
 
-    def lines() -> Iterator[str]:
-        for row in _export_rows(form, with_record=True):
+    def lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+        for row in rows:
             out = {c: row[c] for c in EXPORT_COLUMNS}
             out["created_at"] = row["created_at"].isoformat()
             out["execution_id"] = str(row["execution_id"])
             out["record"] = row["record"]
             yield json.dumps(out, ensure_ascii=False, sort_keys=True) + "\n"
 
-    response = StreamingHttpResponse(lines(), content_type="application/x-ndjson; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{_filename("jsonl")}"'
-    return response
+    return _export(request, "jsonl", "application/x-ndjson; charset=utf-8", lines, with_record=True)

@@ -17,7 +17,6 @@ from django import forms
 from django.db.models import Count, Max
 from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -31,7 +30,7 @@ from console.selectors.gap_reports import (
 )
 from console.web.access import has_role, role_required
 from console.web.operator_charts import sparkline, stacked_bars, stacked_columns
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 
 DAY_CHOICES = (7, 14, 30, 90)
 TOP_ROWS = 12
@@ -103,13 +102,10 @@ class Filters:
 def read_filters(request: HttpRequest) -> tuple[Filters, forms.Form]:
     form = DashboardFilters(request.GET or None)
     data: dict[str, Any] = {"days": 30, "cls": "", "server": "", "tool": ""}
-    if form.is_bound and form.is_valid():
-        data.update({k: v for k, v in form.cleaned_data.items() if v not in (None,)})
-    elif form.is_bound:
-        # Keep what was valid; a bad value is shown as an error beside the filters, never a 500.
-        for name in data:
-            if name not in form.errors and name in form.cleaned_data:
-                data[name] = form.cleaned_data[name]
+    if form.is_bound:
+        # Only the valid fields are cleaned: a bad value is shown as an error beside the filters, never a 500.
+        form.is_valid()
+        data.update(form.cleaned_data)
     return Filters(int(data["days"] or 30), data["cls"] or "", data["server"] or "", data["tool"] or ""), form
 
 
@@ -293,7 +289,4 @@ def index(request: SignedInRequest) -> HttpResponse:
             "can_report": has_role(request.user, "operator"),
         }
     )
-    template = "console/dashboards/index.html"
-    if request.htmx:
-        template += "#panel"
-    return render(request, template, context)
+    return render_partial(request, "console/dashboards/index.html", context, "panel")

@@ -24,3 +24,7 @@ class CatalogFilter(forms.Form):
         server, tool = cast(tuple[forms.ChoiceField, ...], (self.fields["server"], self.fields["tool"]))
         server.choices = [("", "any server"), *((s, s) for s in servers)]
         tool.choices = [("", "any tool"), *((t, t) for t in tools)]
+
+    def problems(self) -> list[str]:
+        """Each invalid filter and why, for the page to say instead of listing (or exporting) everything."""
+        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]

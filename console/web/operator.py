@@ -13,7 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Prefetch, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -51,19 +51,15 @@ from console.services.gap_reports import gap_report_create, gap_report_set_statu
 from console.services.rules import RulesCheck, check_rules_text, next_version, ruleset_save
 from console.services.sidecars import SidecarSaved, sidecar_compose, sidecar_import, sidecar_save
 from console.web.access import has_role, role_required
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 from preflight.canonical import digest
 
 operator_only = role_required("operator")
 operator_or_auditor = role_required("operator", "auditor")
 
 
-def _render(
-    request: SignedInRequest, template: str, context: dict[str, Any], *, partial: str = "", status: int = 200
-) -> HttpResponse:
-    if partial and request.htmx:
-        template = f"{template}#{partial}"
-    return render(request, template, context, status=status)
+def _error(request: SignedInRequest, title: str, reason: str, status: int) -> HttpResponse:
+    return render(request, "console/operator/error.html", {"title": title, "reason": reason}, status=status)
 
 
 # ---- provider gap reports ------------------------------------------------------------------------------
@@ -95,27 +91,12 @@ def gap_report_new(request: SignedInRequest) -> HttpResponse:
     source = request.POST if request.method == "POST" else request.GET
     key = {k: source.get(k, "") for k in ("cls", "server", "tool", "slot", "contract_digest")}
     if not all(key[k] for k in ("cls", "server", "tool", "slot")):
-        return render(
-            request,
-            "console/operator/error.html",
-            {
-                "title": "Which gap?",
-                "reason": "Open this form from a gap on the dashboards (Report to provider).",
-            },
-            status=400,
-        )
+        reason = "Open this form from a gap on the dashboards (Report to provider)."
+        return _error(request, "Which gap?", reason, status=400)
     try:
-        evidence = gap_evidence(
-            cls=key["cls"],
-            server=key["server"],
-            tool=key["tool"],
-            slot=key["slot"],
-            contract_digest=key["contract_digest"],
-        )
+        evidence = gap_evidence(**key)
     except ServiceError as exc:
-        return render(
-            request, "console/operator/error.html", {"title": "No such gap", "reason": exc.detail}, status=404
-        )
+        return _error(request, "No such gap", exc.detail, status=404)
     problem = ""
     if request.method == "POST":
         form = GapReportForm(request.POST)
@@ -166,11 +147,7 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
         "statuses": [(s, counts.get(s, 0)) for s in models.GapReport.STATUSES],
         "total": sum(counts.values()),
     }
-    return _render(request, "console/operator/gap_reports.html", context, partial="list")
-
-
-def _report(pk: int) -> models.GapReport:
-    return get_object_or_404(models.GapReport, pk=pk)
+    return render_partial(request, "console/operator/gap_reports.html", context, "list")
 
 
 def _report_context(request: SignedInRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
@@ -188,14 +165,14 @@ def _report_context(request: SignedInRequest, report: models.GapReport, problem:
 @require_GET
 @operator_or_auditor
 def gap_report_detail(request: SignedInRequest, pk: int) -> HttpResponse:
-    report = _report(pk)
+    report = get_object_or_404(models.GapReport, pk=pk)
     return render(request, "console/operator/gap_report.html", _report_context(request, report))
 
 
 @require_POST
 @operator_only
 def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
-    report = _report(pk)
+    report = get_object_or_404(models.GapReport, pk=pk)
     form = StatusForm(request.POST)
     problem = ""
     if form.is_valid():
@@ -210,18 +187,17 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
             problem = exc.detail
     else:
         problem = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
-    context = _report_context(request, report, problem)
-    if request.htmx:
-        return render(request, "console/operator/gap_report.html#status", context, status=200)
-    if not problem:
+    if not problem and not request.htmx:
         return redirect("operator:gap-report", report.pk)
-    return render(request, "console/operator/gap_report.html", context, status=422)
+    context = _report_context(request, report, problem)
+    status = 200 if request.htmx else 422
+    return render_partial(request, "console/operator/gap_report.html", context, "status", status=status)
 
 
 @require_GET
 @operator_or_auditor
 def gap_report_export(request: SignedInRequest, pk: int, fmt: str) -> HttpResponse:
-    report = _report(pk)
+    report = get_object_or_404(models.GapReport, pk=pk)
     name = f"gap-report-{report.pk}-{report.server}-{report.tool}"
     name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
     if fmt == "md":
@@ -287,15 +263,8 @@ def catalog(request: SignedInRequest) -> HttpResponse:
         invalid=Count("contracts", filter=Q(contracts__valid=False)),
         last_import=Max("contracts__created_at"),
     )
-    contracts = (
-        models.ToolContract.objects.filter(current=True)
-        .select_related("server")
-        .order_by("server__name", "name")
-    )
-    by_server: dict[int, list[models.ToolContract]] = {}
-    for c in contracts:
-        by_server.setdefault(c.server_id, []).append(c)
-    rows = [{"server": s, "contracts": by_server.get(s.pk, [])} for s in servers]
+    current = Prefetch("contracts", models.ToolContract.objects.filter(current=True).order_by("name"))
+    rows = [{"server": s, "contracts": list(s.contracts.all())} for s in servers.prefetch_related(current)]
     return render(request, "console/operator/catalog.html", {"rows": rows})
 
 
@@ -370,12 +339,8 @@ def catalog_import_mcp(request: SignedInRequest) -> HttpResponse:
 @operator_only
 def server_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
-    return _render(
-        request,
-        "console/operator/server.html",
-        {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server)},
-        partial="tools",
-    )
+    context = {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server)}
+    return render_partial(request, "console/operator/server.html", context, "tools")
 
 
 class ReviewPolicyForm(forms.Form):
@@ -456,13 +421,9 @@ def server_trust(request: SignedInRequest, pk: int) -> HttpResponse:
             request, f"{server.name}: annotations are now {state}; current tools got new versions."
         )
         return redirect("operator:server", server.pk)
-    return _render(
-        request,
-        "console/operator/server.html",
-        {"server": server, "tools": _server_tools(server), "problem": problem},
-        partial="tools",
-        status=409 if problem and not request.htmx else 200,
-    )
+    context = {"server": server, "tools": _server_tools(server), "problem": problem}
+    status = 409 if problem and not request.htmx else 200
+    return render_partial(request, "console/operator/server.html", context, "tools", status=status)
 
 
 @require_GET
@@ -472,7 +433,6 @@ def contract_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     versions = list(
         models.ToolContract.objects.filter(server=contract.server, name=contract.name).order_by("-created_at")
     )
-    older = [v for v in versions if v.created_at < contract.created_at]
     problem = ""
     try:
         preview = contract_preview(contract)
@@ -484,7 +444,7 @@ def contract_detail(request: SignedInRequest, pk: int) -> HttpResponse:
         {
             "contract": contract,
             "versions": versions,
-            "previous": older[0] if older else None,
+            "previous": next((v for v in versions if v.created_at < contract.created_at), None),
             "preview": preview,
             "preview_problem": problem,
             "definition": pretty_json(contract.definition),
@@ -499,12 +459,7 @@ def contract_diff(request: SignedInRequest, pk: int, other: int) -> HttpResponse
     old = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=pk)
     new = get_object_or_404(models.ToolContract.objects.select_related("server"), pk=other)
     if (old.server_id, old.name) != (new.server_id, new.name):
-        return render(
-            request,
-            "console/operator/error.html",
-            {"title": "Not comparable", "reason": "A diff compares two versions of the same tool."},
-            status=400,
-        )
+        return _error(request, "Not comparable", "A diff compares two versions of the same tool.", status=400)
     text = catalog_selectors.contract_diff(old, new)
     lines = [
         (next((k for p, k in _DIFF_KINDS if line.startswith(p)), ""), line) for line in text.splitlines()
@@ -547,26 +502,15 @@ class RulesForm(forms.Form):
     )
 
 
-def _stamp(row: models.RuleSet) -> str:
-    return f"{row.name}@{row.version}#{digest(row.data)[7:19]}"
-
-
 @require_GET
 @operator_only
 def rules(request: SignedInRequest) -> HttpResponse:
-    sets = list(models.RuleSet.objects.order_by("name", "-created_at"))
-    stamps = {r.pk: _stamp(r) for r in sets}
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for r in sets:
+    for r in models.RuleSet.objects.order_by("name", "-created_at"):
+        stamp = f"{r.name}@{r.version}#{digest(r.data)[7:19]}"
+        applied = models.PreflightRecord.objects.filter(checklist_version__contains=stamp).count()
         grouped.setdefault(r.name, []).append(
-            {
-                "row": r,
-                "stamp": stamps[r.pk],
-                "rules": len(r.data.get("rules", [])),
-                "applied": models.PreflightRecord.objects.filter(
-                    checklist_version__contains=stamps[r.pk]
-                ).count(),
-            }
+            {"row": r, "stamp": stamp, "rules": len(r.data.get("rules", [])), "applied": applied}
         )
     recent = []
     for rec in models.PreflightRecord.objects.order_by("-created_at").select_related("execution")[:20]:
@@ -637,9 +581,8 @@ def rules_edit(request: SignedInRequest, name: str = "") -> HttpResponse:
         "listing": _numbered(str(text_now), check.problem.line if check and check.problem else None),
     }
     invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
-    if request.htmx:
-        return render(request, "console/operator/rules_edit.html#result", context)
-    return render(request, "console/operator/rules_edit.html", context, status=422 if invalid else 200)
+    status = 422 if invalid and not request.htmx else 200
+    return render_partial(request, "console/operator/rules_edit.html", context, "result", status=status)
 
 
 # ---- the contract workbench ------------------------------------------------------------------------------
@@ -680,20 +623,6 @@ class SidecarForm(forms.Form):
     )
 
 
-def _sidecar_fields(form: SidecarForm, arguments: list[str], data: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        k: form.cleaned_data.get(k) for k in ("state_change", "prose_reviewed", "notices")
-    }
-    fields["slots"] = {
-        name: {
-            "confirm": data.get(f"slot-{name}-confirm") == "on",
-            "question": (data.get(f"slot-{name}-question") or "").strip(),
-        }
-        for name in arguments
-    }
-    return fields
-
-
 @require_http_methods(["GET", "POST"])
 @operator_only
 def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
@@ -708,9 +637,17 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
     if request.method == "POST":
         form = SidecarForm(request.POST)
         form.is_valid()
-        extension, compose_problem = sidecar_compose(
-            text=form.cleaned_data.get("text", ""), fields=_sidecar_fields(form, arguments, request.POST)
-        )
+        fields: dict[str, Any] = {
+            k: form.cleaned_data.get(k) for k in ("state_change", "prose_reviewed", "notices")
+        }
+        fields["slots"] = {
+            name: {
+                "confirm": request.POST.get(f"slot-{name}-confirm") == "on",
+                "question": (request.POST.get(f"slot-{name}-question") or "").strip(),
+            }
+            for name in arguments
+        }
+        extension, compose_problem = sidecar_compose(text=form.cleaned_data.get("text", ""), fields=fields)
         try:
             sample = json.loads(form.cleaned_data.get("sample") or "{}")
         except json.JSONDecodeError as exc:
@@ -768,10 +705,9 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
             for name in arguments
         ],
     }
-    if request.htmx:
-        return render(request, "console/operator/sidecar.html#result", context)
     invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
-    return render(request, "console/operator/sidecar.html", context, status=422 if invalid else 200)
+    status = 422 if invalid and not request.htmx else 200
+    return render_partial(request, "console/operator/sidecar.html", context, "result", status=status)
 
 
 @require_GET
@@ -789,20 +725,12 @@ def server_sidecar_export(request: SignedInRequest, pk: int) -> HttpResponse:
 def server_sidecar_import(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     upload = request.FILES.get("file")
-    problem = ""
     try:
         if upload is None:
             raise ServiceError("invalid", "choose a side-car file")
         result = sidecar_import(server=server, content=upload.read(), user=request.user)
     except ServiceError as exc:
-        problem = exc.detail
-    if problem:
-        return render(
-            request,
-            "console/operator/error.html",
-            {"title": "Side-car not imported", "reason": problem},
-            status=422,
-        )
+        return _error(request, "Side-car not imported", exc.detail, status=422)
     messages.success(request, f"Imported the side-car: {len(result.tools)} tool(s) checked.")
     return redirect(reverse("operator:server", args=[server.pk]))
 

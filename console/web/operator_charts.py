@@ -37,6 +37,11 @@ class Mark:
     cls: str  # CSS class suffix (a gap class)
     title: str  # hover text and the accessible name of the mark
 
+    @classmethod
+    def at(cls, x: float, y: float, w: float, h: float, css: str, title: str) -> Mark:
+        """A mark with its geometry rounded to the tenth of a pixel the SVG is written in."""
+        return cls(round(x, 1), round(y, 1), round(w, 1), round(h, 1), css, title)
+
 
 @dataclass(frozen=True, slots=True)
 class Tick:
@@ -109,16 +114,8 @@ def stacked_columns(
                 continue
             h = v * scale
             y -= h
-            chart.marks.append(
-                Mark(
-                    round(x, 1),
-                    round(y, 1),
-                    round(bar_w, 1),
-                    round(h, 1),
-                    c,
-                    f"{day:%b %d}: {v} {labels[c].lower()} ({unit})",
-                )
-            )
+            title = f"{day:%b %d}: {v} {labels[c].lower()} ({unit})"
+            chart.marks.append(Mark.at(x, y, bar_w, h, c, title))
     tick = 0.0
     while tick <= axis_max + 1e-9:
         chart.y_ticks.append(Tick(round(top + plot_h - tick * scale, 1), f"{tick:g}"))
@@ -194,16 +191,7 @@ def stacked_bars(
             if not v:
                 continue
             w = max(v * scale, 1.5)
-            marks.append(
-                Mark(
-                    round(x, 1),
-                    y + 3,
-                    round(w, 1),
-                    row_h - 8,
-                    c,
-                    f"{label}: {v} {labels[c].lower()} ({unit})",
-                )
-            )
+            marks.append(Mark.at(x, y + 3, w, row_h - 8, c, f"{label}: {v} {labels[c].lower()} ({unit})"))
             x += w
         chart.rows.append(BarRow(label, sum(values.values()), y, y + 14, round(x + 6, 1), tuple(marks), href))
     top = chart.rows[0] if chart.rows else None

@@ -23,7 +23,7 @@ from console.errors import ServiceError
 from console.services.claims import claim_release, claim_take
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, role_required
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 
 QUEUE = "console/review/queue.html"
 DECIDED = "console/review/decided.html"
@@ -40,7 +40,8 @@ def queue(request: SignedInRequest) -> HttpResponse:
     if not form.is_valid():
         return _refused(request, QUEUE, form)
     page = review_queue.held(form.cleaned_data, user=request.user)
-    return render(request, _partial(request, QUEUE), {"form": form, "page": page})
+    # The filter form and the 5 s refresh swap only the list.
+    return render_partial(request, QUEUE, {"form": form, "page": page}, "queue")
 
 
 @role_required(APPROVER, AUDITOR)
@@ -50,7 +51,7 @@ def decided(request: SignedInRequest) -> HttpResponse:
     if not form.is_valid():
         return _refused(request, DECIDED, form)
     page = review_queue.decided(form.cleaned_data)
-    return render(request, _partial(request, DECIDED), {"form": form, "page": page})
+    return render_partial(request, DECIDED, {"form": form, "page": page}, "queue")
 
 
 @role_required(APPROVER, what="Claiming an execution")
@@ -87,11 +88,6 @@ def _back(request: SignedInRequest) -> str:
     target = form.cleaned_data["next"] if form.is_valid() else ""
     safe = url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()})
     return target if target.startswith("/") and safe else "/executions/"
-
-
-def _partial(request: SignedInRequest, template: str) -> str:
-    # The filter form and the 5 s refresh swap only the list.
-    return template + "#queue" if request.htmx else template
 
 
 def _refused(

@@ -37,7 +37,7 @@ from console.services.review import (
 )
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
-from console.web.requests import SignedInRequest
+from console.web.requests import SignedInRequest, render_partial
 from console.web.review_rows import (
     Context,
     approved_values,
@@ -82,19 +82,13 @@ def _execution(execution_id: UUID) -> models.Execution:
     return get_object_or_404(executions, pk=execution_id)
 
 
-def _rejection(execution: models.Execution) -> models.Rejection | None:
-    try:
-        return execution.rejection
-    except models.Rejection.DoesNotExist:
-        return None
-
-
 def _review_context(request: SignedInRequest, execution: models.Execution) -> dict[str, Any]:
     latest = models.PreflightRecord.objects.get(execution=execution, seq=execution.records)
     record = latest.record
     approver = has_role(request.user, APPROVER)
     own = execution.principal == identity(request.user)
-    rejection = _rejection(execution)
+    # A missing reverse one-to-one raises RelatedObjectDoesNotExist, an AttributeError.
+    rejection: models.Rejection | None = getattr(execution, "rejection", None)
     outcome = (
         models.Outcome.objects.filter(
             execution=execution, status__in=("executed", "failed", "outcome_unknown")
@@ -128,6 +122,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
     grant = models.Grant.objects.filter(record=latest).order_by("-pk").first()
     history = models.PreflightRecord.objects.filter(execution=execution).order_by("-seq")
     payload = record.get("payload")
+    nxt = review_queue.next_held(execution)
     return {
         "execution": execution,
         "latest": latest,
@@ -164,7 +159,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
         "approver": approver,
         "provider_gaps": _provider_gaps(request, record) if open_ and why_not else [],
         "version": _version(execution),
-        "next_held": _next_held(execution),
+        "next_held": reverse("review-execution", args=[nxt]) if nxt else None,
     }
 
 
@@ -220,11 +215,6 @@ def _version(execution: models.Execution) -> str:
     return f"{execution.records}-{execution.updated_at.timestamp():.6f}"
 
 
-def _next_held(execution: models.Execution) -> str | None:
-    nxt = review_queue.next_held(execution)
-    return reverse("review-execution", args=[nxt]) if nxt else None
-
-
 def _older_records(execution: models.Execution, seq: int, chunk: int = 10) -> Iterator[dict[str, Any]]:
     """Records before `seq`, newest first, a few at a time: the approval a diff needs is usually recent."""
     while seq > 1:
@@ -274,8 +264,7 @@ def review(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     if execution.deadline_passed and execution_expire(execution_id=execution.pk):
         execution = _execution(execution_id)
-    template = REVIEW + "#review" if request.htmx else REVIEW
-    return render(request, template, _review_context(request, execution))
+    return render_partial(request, REVIEW, _review_context(request, execution), "review")
 
 
 @role_required(APPROVER, AUDITOR)
@@ -333,9 +322,11 @@ def _label(execution: models.Execution, slot_key: str) -> str:
     )
 
 
-def _form_errors(request: SignedInRequest, form: forms.Form) -> None:
+def _invalid(request: SignedInRequest, form: forms.Form) -> bool:
+    """Whether `form` is invalid; its errors become messages on the page."""
     for field, errors in form.errors.items():
         messages.error(request, f"{field}: {' '.join(map(str, errors))}")
+    return bool(form.errors)
 
 
 @role_required(APPROVER, what=ACTION)
@@ -343,8 +334,7 @@ def _form_errors(request: SignedInRequest, form: forms.Form) -> None:
 def approve_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveSlotForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     slot = form.cleaned_data["slot"]
     try:
@@ -366,18 +356,15 @@ def approve_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
 def answer_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = AnswerForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     slot, text = form.cleaned_data["slot"], form.cleaned_data["value"]
-    schema: Any = {}
-    if slot.startswith("arg:") and execution.contract is not None:
-        schema = arg_schema(execution.contract.definition, slot[4:])
+    definition = execution.contract.definition if execution.contract else None
     try:
         execution_reviewer_answer(
             execution_id=execution.pk,
             slot_key=slot,
-            value=parse_edit(text, schema),
+            value=parse_edit(text, arg_schema(definition, slot)),
             reviewer=request.user,
         )
     except InvalidAnswer as exc:
@@ -397,8 +384,7 @@ def _edit_refused(
     the field keeping what was typed, the reason and the accepted form on it."""
     context = _review_context(request, execution)
     context["edit_error"] = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
-    template = REVIEW + "#review" if request.htmx else REVIEW
-    return render(request, template, context, status=422)
+    return render_partial(request, REVIEW, context, "review", status=422)
 
 
 @role_required(APPROVER, what=ACTION)
@@ -406,8 +392,7 @@ def _edit_refused(
 def approve_execution(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = ApproveExecutionForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     try:
         stored = execution_approve(
@@ -427,8 +412,7 @@ def approve_execution(request: SignedInRequest, execution_id: UUID) -> HttpRespo
 def reject(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = _execution(execution_id)
     form = RejectForm(request.POST)
-    if not form.is_valid():
-        _form_errors(request, form)
+    if _invalid(request, form):
         return _done(request, execution)
     if not form.cleaned_data["confirmed"]:
         # Final, so asked once more: a page of its own without JS (with JS the dialog set `confirmed`).

@@ -9,6 +9,7 @@ Executions of one conversation are shown together, at the place of the first of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -58,10 +59,6 @@ class _Choices(CatalogFilter):
                 # Flat (value, label) pairs: these filters declare no option groups, which the stubs allow.
                 out.append((name, list(field.choices), str(self.data.get(name, ""))))  # type: ignore[arg-type]
         return out
-
-    def problems(self) -> list[str]:
-        """Each invalid filter and why, for the page to say instead of listing everything."""
-        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]
 
 
 class QueueFilter(_Choices):
@@ -128,12 +125,6 @@ def _catalog(qs: QuerySet[models.Execution], filters: dict[str, Any]) -> QuerySe
     return qs
 
 
-def _page_of(total: int, filters: dict[str, Any]) -> tuple[int, int, int]:
-    pages = max(1, -(-total // PAGE_SIZE))
-    number = min(filters.get("page") or 1, pages)
-    return number, pages, (number - 1) * PAGE_SIZE
-
-
 _ROW_FIELDS = (
     "id",
     "principal",
@@ -146,6 +137,24 @@ _ROW_FIELDS = (
     "unknown_count",
     "summary",
 )
+
+
+def _page(
+    qs: QuerySet[models.Execution],
+    total: int,
+    filters: dict[str, Any],
+    order: Sequence[str],
+    *fields: str,
+    **more: F,
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The rows of the page `filters` asks for (the last one past the end), its number and the page count."""
+    pages = max(1, -(-total // PAGE_SIZE))
+    number = min(filters.get("page") or 1, pages)
+    start = (number - 1) * PAGE_SIZE
+    rows = qs.order_by(*order).values(
+        *_ROW_FIELDS, *fields, server=F("contract__server__name"), tool=F("contract__name"), **more
+    )
+    return list(rows[start : start + PAGE_SIZE]), number, pages
 
 
 def held(filters: dict[str, Any], *, user: User | None = None) -> QueuePage:
@@ -175,12 +184,8 @@ def held(filters: dict[str, Any], *, user: User | None = None) -> QueuePage:
         rows_qs = base.filter(routes__contains=f" {filters['route']} ")
         total = counts[filters["route"]]
 
-    number, pages, start = _page_of(total, filters)
-    rows = list(
-        rows_qs.order_by(*SORTS.get(filters.get("sort") or "oldest", SORTS["oldest"])).values(
-            *_ROW_FIELDS, server=F("contract__server__name"), tool=F("contract__name")
-        )[start : start + PAGE_SIZE]
-    )
+    order = SORTS.get(filters.get("sort") or "oldest", SORTS["oldest"])
+    rows, number, pages = _page(rows_qs, total, filters, order)
     return QueuePage(_grouped(_claimed(rows)), counts, total, number, pages)
 
 
@@ -205,17 +210,15 @@ def decided(filters: dict[str, Any]) -> QueuePage:
     if filters.get("decision") in DECISIONS:
         rows_qs = base.filter(kinds[filters["decision"]])
         total = counts[filters["decision"]]
-    number, pages, start = _page_of(total, filters)
-    rows = list(
-        rows_qs.order_by("-updated_at", "-id").values(
-            *_ROW_FIELDS,
-            "rejected_at",
-            "expired_at",
-            server=F("contract__server__name"),
-            tool=F("contract__name"),
-            rejected_by=F("rejection__reviewer__username"),
-            rejected_for=F("rejection__reason"),
-        )[start : start + PAGE_SIZE]
+    rows, number, pages = _page(
+        rows_qs,
+        total,
+        filters,
+        ("-updated_at", "-id"),
+        "rejected_at",
+        "expired_at",
+        rejected_by=F("rejection__reviewer__username"),
+        rejected_for=F("rejection__reason"),
     )
     now = timezone.now()
     for row in rows:

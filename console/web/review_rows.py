@@ -182,10 +182,12 @@ def span_ids(pointer: Any) -> list[tuple[int, int, int]]:
     return []
 
 
-def arg_schema(definition: Mapping[str, Any] | None, path: str) -> Mapping[str, Any]:
-    """The inputSchema of one argument (nested paths a.b walk properties), {} if not declared."""
+def arg_schema(definition: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
+    """The inputSchema of the argument slot `key` (`arg:a.b` walks properties), {} if not one declared."""
+    if not key.startswith("arg:"):
+        return {}
     node: Any = (definition or {}).get("inputSchema") or {}
-    for part in path.split("."):
+    for part in key[4:].split("."):
         props = node.get("properties") if isinstance(node, Mapping) else None
         if not isinstance(props, Mapping) or part not in props:
             return {}
@@ -321,7 +323,7 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
 
     row.editable = ctx.can_edit and (key.startswith(("arg:", "branch:")) or key in ANSWERABLE_FIXED)
     if row.editable:
-        schema = arg_schema(ctx.definition, key[4:]) if key.startswith("arg:") else {}
+        schema = arg_schema(ctx.definition, key)
         row.edit_hint = " or ".join(schema_types(schema)) or (
             "JSON"
             if key.startswith("arg:")
@@ -458,18 +460,15 @@ def conversation(request: Mapping[str, Any], rows: Sequence[SlotRow]) -> list[Tu
         for token in row.spans.split():
             t, a, b = (int(x) for x in token.split(":"))
             marks.setdefault(t, []).append((a, b, token, css, row.key))
-    turns = []
-    for index, turn in enumerate(request.get("conversation") or []):
-        content = str(turn.get("content") or "")
-        turns.append(
-            Turn(
-                index,
-                str(turn.get("role") or ""),
-                bool(turn.get("trusted")),
-                _segments(content, marks.get(index, [])),
-            )
+    return [
+        Turn(
+            index,
+            str(turn.get("role") or ""),
+            bool(turn.get("trusted")),
+            _segments(str(turn.get("content") or ""), marks.get(index, [])),
         )
-    return turns
+        for index, turn in enumerate(request.get("conversation") or [])
+    ]
 
 
 def _segments(content: str, marks: list[tuple[int, int, str, str, str]]) -> list[Segment]:

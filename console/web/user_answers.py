@@ -5,7 +5,6 @@ answer is theirs, recorded as the Agent API records one, and the execution is pr
 from __future__ import annotations
 
 import json
-from typing import Any
 from uuid import UUID
 
 from django import forms
@@ -42,11 +41,9 @@ def user_answers(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
         form = UserAnswerForm(request.POST)
         if form.is_valid():
             slot = form.cleaned_data["slot"]
-            schema: Any = {}
-            if slot.startswith("arg:") and execution.contract is not None:
-                schema = arg_schema(execution.contract.definition, slot[4:])
+            definition = execution.contract.definition if execution.contract else None
             try:
-                value = parse_edit(form.cleaned_data["value"], schema)
+                value = parse_edit(form.cleaned_data["value"], arg_schema(definition, slot))
                 who = identity(request.user)
                 execution_answer(
                     execution_id=execution.pk,
