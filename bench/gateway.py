@@ -4,9 +4,9 @@
     .venv/bin/python bench/gateway.py --calls 500 --asks 100
 
 Self-contained: a scratch PostgreSQL database (`--sqlite`: a SQLite file; lookups in-process), the real npm
-filesystem server (tests/gateway/js, installed by .ci/node) in a scratch directory, the demo servers, and
-the gateway as a real `manage.py mcp_gateway` process over stdio, driven by the official Python client
-(protocol 2026-07-28). Nothing of it outlives the run.
+filesystem server (tests/console/gateway/js, installed by .ci/node) in a scratch directory, the demo
+servers, and the gateway as a real `manage.py mcp_gateway` process over stdio, driven by the official
+Python client (protocol 2026-07-28). Nothing of it outlives the run.
 
 1. Added latency, p50/p99: each call through the gateway against the same call made directly on a kept
    session to the same upstream (the gateway keeps its own), one at a time:
@@ -34,7 +34,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-FS_SERVER = REPO / "tests/gateway/js/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+FS_SERVER = (
+    REPO / "tests/console/gateway/js/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+)
 
 
 def pct(values: list[float], p: float) -> float:

@@ -27,7 +27,7 @@ __all__ = [
     "sample_value",
 ]
 
-# tests/engine/catalog_util.py -> repo root -> its parent holds shared/ (CI clones the repo beside a copy).
+# tests/preflight/catalog_util.py -> repo root -> its parent holds shared/ (CI clones the repo beside a copy).
 CATALOGS = Path(__file__).resolve().parents[2].parent / "shared" / "catalogs"
 
 # Isolates argument logic: the intended change is declared and the description's prose counts as reviewed.

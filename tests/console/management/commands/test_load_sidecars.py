@@ -15,7 +15,7 @@ from console.services.catalog import catalog_import
 
 pytestmark = pytest.mark.django_db
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 FILESYSTEM_SIDECAR = REPO / "sidecars" / "mcp-server-filesystem.json"
 FILESYSTEM_CATALOG = REPO.parent / "shared" / "catalogs" / "mcp-server-filesystem.json"
 needs_catalog = pytest.mark.skipif(not FILESYSTEM_CATALOG.exists(), reason=f"no {FILESYSTEM_CATALOG}")

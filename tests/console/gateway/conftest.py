@@ -20,7 +20,7 @@ from console import connectors
 from console.services.catalog import catalog_import
 from console.services.tokens import agent_token_create
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 JS = Path(__file__).resolve().parent / "js"
 FS_SERVER = JS / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
 PRINCIPAL = "user:alice"

@@ -1,16 +1,13 @@
-"""The reviewer's services (edit, approve the call, reject), the role command, and the pure pieces the review
-page is computed from (rows, conversation marks, typed edits)."""
+"""The reviewer's services: edit, approve the call, reject."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from io import StringIO
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
-from django.core.management import CommandError, call_command
+from django.contrib.auth.models import User
 from review_support import latest, person, settle_all_but_the_call, slot, use_demo_bank
 
 from console import models, storage
@@ -30,7 +27,6 @@ from console.services.review import (
 )
 from console.services.tokens import agent_token_create
 from console.signing import token_for
-from console.web.review_rows import Context, SlotRow, conversation, parse_edit, slot_rows
 from preflight import (
     Answer,
     Evidence,
@@ -263,177 +259,7 @@ def test_a_rejection_needs_a_reason(carol: User, held: models.Execution) -> None
     assert latest(held)["verdict"] == "ask"
 
 
-# ---- what the models derive ---------------------------------------------------------------------------
-
-
-def test_executions_of_one_conversation_share_a_key(held: models.Execution) -> None:
-    twin = review_data.held_transfer()
-    other_person = review_data.held_transfer(principal="user:bob")
-    other_words = review_data.held_transfer(amount=99)
-
-    assert twin.conversation_key == held.conversation_key
-    assert other_person.conversation_key != held.conversation_key
-    assert other_words.conversation_key != held.conversation_key
-
-
-def test_records_carry_their_routes_gaps_and_unknown_count(held: models.Execution) -> None:
-    stored = models.PreflightRecord.objects.get(execution=held)
-
-    assert stored.routes == " ask_user hold "
-    assert stored.gap_classes == " user_gap "
-    assert stored.unknown_count == stored.record["unknown_count"] == 7
-    held.refresh_from_db()  # the execution carries its latest record's summary, as it carries its verdict
-    assert (held.routes, held.gap_classes, held.unknown_count) == (" ask_user hold ", " user_gap ", 7)
-    execution_reject(execution_id=held.pk, reason="no", reviewer=person("carol", "approver"))
-    held.refresh_from_db()
-    assert (held.verdict, held.routes) == ("block", " ask_user hold ")
-
-
-# ---- grant_role ---------------------------------------------------------------------------------------
-
-
-def test_grant_role_creates_the_group_and_adds_the_user(db: None) -> None:
-    user = User.objects.create_user("dora")
-    out = StringIO()
-
-    call_command("grant_role", "dora", "auditor", stdout=out)
-
-    assert "dora: role auditor granted" in out.getvalue()
-    assert list(user.groups.values_list("name", flat=True)) == ["auditor"]
-    call_command("grant_role", "dora", "auditor", "--revoke", stdout=out)
-    assert not user.groups.exists()
-    assert Group.objects.filter(name="auditor").exists()
-
-
-def test_grant_role_refuses_unknown_users_and_roles(db: None) -> None:
-    with pytest.raises(CommandError, match="no user 'nobody'"):
-        call_command("grant_role", "nobody", "approver")
-    User.objects.create_user("dora")
-    with pytest.raises(CommandError, match="invalid choice: 'admin'"):
-        call_command("grant_role", "dora", "admin")
-
-
 # ---- the rows and the conversation marks --------------------------------------------------------------
-
-
-def test_rows_name_each_source_in_words() -> None:
-    observed_at = "2026-01-01T12:00:00+00:00"
-    record = {
-        "slots": [
-            {
-                "key": "arg:a",
-                "status": "known",
-                "value": 1,
-                "source": "user_answer",
-                "pointer": {"answer": "answer-7"},
-            },
-            {
-                "key": "arg:b",
-                "status": "known",
-                "value": "x",
-                "source": "preset",
-                "pointer": {"preset": "preset-3"},
-            },
-            {
-                "key": "arg:c",
-                "status": "known",
-                "value": 5,
-                "source": "observed",
-                "pointer": {"observation": "observation-1", "measure": "m", "observed_at": observed_at},
-            },
-            {
-                "key": "arg:d",
-                "status": "known",
-                "value": "y",
-                "source": "prior_state",
-                "pointer": {"record": "1234abcd-0000#4", "slot": "arg:d"},
-            },
-            {
-                "key": "arg:e",
-                "status": "unknown",
-                "route": "measure",
-                "findings": [
-                    {
-                        "source": "observed",
-                        "outcome": "no_result",
-                        "detail": "stale: observed 90s ago, max age 60s",
-                    }
-                ],
-            },
-        ]
-    }
-    ctx = Context(
-        now=datetime(2026, 1, 1, 12, 0, 40, tzinfo=UTC), answers={"answer-7": ("reviewer", "user:carol")}
-    )
-
-    rows = {r.key: r for r in slot_rows(record, ctx)}
-
-    assert rows["arg:a"].source == "reviewer answer · user:carol"
-    assert rows["arg:b"].source == "preset #3"
-    assert rows["arg:c"].source == "observed 2026-01-01 12:00:00 UTC · 40 s ago"
-    assert (
-        rows["arg:d"].source == "prior record 1234abcd#4"
-        and rows["arg:d"].source_href == "/executions/1234abcd-0000/"
-    )
-    assert "stale" in rows["arg:e"].css and rows["arg:e"].flags[0].text.startswith("stale: observed 90s ago")
-
-
-def test_a_refused_value_shows_beside_its_slot_with_the_reason() -> None:
-    reason = "-5 is less than or equal to the minimum of 0"
-    record = {
-        "slots": [
-            {
-                "key": "arg:amount",
-                "status": "unknown",
-                "route": "ask_user",
-                "refused": {"value": -5, "reason": reason},
-            }
-        ]
-    }
-    (row,) = slot_rows(record, Context(now=datetime(2026, 1, 1, tzinfo=UTC)))
-    assert row.candidate == "-5"
-    assert ("refused", f"the tool refuses it: {reason}") in [(f.css, f.text) for f in row.flags]
-
-
-def test_overlapping_pointers_cut_the_turn_into_marked_segments() -> None:
-    request = {"conversation": [{"role": "user", "content": "pay 120 to Bob now", "trusted": True}]}
-    rows = [
-        SlotRow("arg:amount", "amount", "value", "known", "120", spans="0:4:7"),
-        SlotRow("arg:what", "what", "value", "known", "", spans="0:0:10"),
-        SlotRow("arg:memo", "memo", "value", "unknown", "", spans="0:11:14"),  # a pointer that did not hold
-    ]
-
-    [turn] = conversation(request, rows)
-
-    assert [(s.text, s.spans, s.css) for s in turn.segments] == [
-        ("pay ", "0:0:10", "found"),
-        ("120", "0:0:10 0:4:7", "found"),
-        (" to", "0:0:10", "found"),
-        (" ", "", ""),
-        ("Bob", "0:11:14", "claimed"),
-        (" now", "", ""),
-    ]
-
-
-@pytest.mark.parametrize(
-    ("text", "schema", "value"),
-    [
-        ("00123", {"type": "string"}, "00123"),
-        ("120", {"type": "number"}, 120),
-        ("true", {"type": "boolean"}, True),
-        ('{"a": 1}', {"type": "object"}, {"a": 1}),
-        ("plain words", {}, "plain words"),
-        ("42", {}, 42),
-        ("n/a", {"type": ["number", "string"]}, "n/a"),
-    ],
-)
-def test_an_edit_is_read_by_the_declared_type(text: str, schema: dict[str, Any], value: Any) -> None:
-    assert parse_edit(text, schema) == value
-
-
-def test_an_edit_that_does_not_read_as_json_is_the_text_and_the_engine_decides() -> None:
-    # No second copy of the slot's validation here: the engine's answer check refuses it, in its words.
-    assert parse_edit("a lot", {"type": "number"}) == "a lot"
 
 
 def test_an_agent_answering_a_rejected_execution_is_told_it_was_rejected(

@@ -34,7 +34,7 @@ from console.demo import bank, shop
 from console.demo._server import build_server
 from console.egress import parse_allowed_hosts
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BOB = "DE02120300000000202051"
 ALICE = "DE89370400440532013000"
 BANK_STDIO = {"kind": "mcp_stdio", "command": [sys.executable, "-m", "console.demo.bank"]}

@@ -18,7 +18,7 @@ from review_support import person, signed_in
 
 pytestmark = pytest.mark.django_db
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def csp_of(response: Any) -> dict[str, list[str]]:

@@ -15,7 +15,7 @@ from console.egress import parse_allowed_hosts
 from console.services.catalog import catalog_import
 from console.services.measures import measure_create
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROBE = [sys.executable, str(REPO / "tests" / "console" / "mcp_probe_server.py")]
 # What a stdio server may see of the environment: the deployment's names and the MCP SDK's short list.
 MINIMAL_ENV = {"PATH", "LANG", "PYTHONUNBUFFERED", "HOME", "LOGNAME", "SHELL", "TERM", "USER", "LC_CTYPE"}
