@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "preflight")]
 
 from catalog_util import (  # noqa: E402
     CATALOGS,

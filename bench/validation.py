@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "engine")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "preflight")]
 
 import jsonschema  # noqa: E402
 from catalog_util import CATALOGS, catalog_tools, catalogs_present, grounded_request  # noqa: E402
