@@ -31,9 +31,6 @@ class Approval:
     approver: str
     approved_at: datetime
 
-    def holds_for(self, slot_key: str, value: object) -> bool:
-        return self.slot_key == slot_key and self.value_digest == value_digest(value)
-
 
 def approve(slot_key: str, value: object, *, approver: str, at: datetime) -> Approval:
     # A naive time in an audit record is ambiguous by hours; refuse it where it is made.

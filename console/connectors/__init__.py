@@ -30,7 +30,6 @@ from console.connectors.measures import (
     DEFAULT_MEASURE_TIMEOUT_S,
     StartedMeasure,
     register_lookup,
-    run_measure,
     start_measure,
 )
 from console.connectors.tools import (
@@ -39,7 +38,6 @@ from console.connectors.tools import (
     checked_connector,
     list_tools,
     register_tool,
-    stdio_command_allowed,
 )
 
 __all__ = [
@@ -54,7 +52,5 @@ __all__ = [
     "list_tools",
     "register_lookup",
     "register_tool",
-    "run_measure",
     "start_measure",
-    "stdio_command_allowed",
 ]

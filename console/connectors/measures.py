@@ -48,20 +48,11 @@ def register_lookup(name: str) -> Callable[[F], F]:
 # --------------------------------------------------------------------------------------------- measures
 
 
-def run_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[Any, datetime]:
-    """Run one lookup; return ``(value, observed_at)`` with an aware ``observed_at`` in UTC.
-
-    Raises ``MeasureFailed`` for every way of not getting a trustworthy value, so the caller records an
-    ``error`` finding (hold) and never a silent ``no_result``.
-    """
-    return start_measure(measure, args).result()
-
-
 class StartedMeasure:
     """A lookup under way, bounded by the measure's timeout: an HTTP one on the process's HTTP loop thread
     (`_HttpLookups`), any other in a thread of its own. Starting the lookups of a frontier one after another
-    and then collecting them costs at most a thread each; calling `run_measure` in a thread of the caller's
-    would cost two."""
+    and then collecting them costs at most a thread each; a blocking call in a thread of the caller's would
+    cost two."""
 
     def __init__(
         self,
@@ -103,7 +94,9 @@ class StartedMeasure:
 
 
 def start_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> StartedMeasure:
-    """Start one lookup and return at once; its `result()` is what `run_measure` returns or raises."""
+    """Start one lookup and return at once. Its `result()` is ``(value, observed_at)`` with an aware
+    ``observed_at`` in UTC, or ``MeasureFailed`` for every way of not getting a trustworthy value, so the
+    caller records an ``error`` finding (hold) and never a silent ``no_result``."""
     name = str(measure.get("name") or "")
     try:
         timeout_s = measure.get("timeout_s")

@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
@@ -179,16 +179,6 @@ def connect_timeout(connector: Mapping[str, Any], timeout_s: float) -> float:
         check_timeout(explicit, ToolCallFailed)
         return float(explicit)
     return max(float(timeout_s), CONNECT_TIMEOUT_FLOOR_S)
-
-
-def stdio_command_allowed(command: Sequence[str]) -> bool:
-    """Whether this host may start `command` as an MCP server: it must equal one of the command lines of
-    PREFLIGHT_MCP_STDIO_ALLOW (extra arguments are code too: `-c`, `--config`)."""
-    try:
-        egress.check_command(list(command))
-    except egress.EgressRefused:
-        return False
-    return True
 
 
 # The keys each connector kind may carry. Anything else (env, cwd, args, headers, target) is refused, never

@@ -212,7 +212,7 @@ def test_an_http_lookup_to_a_name_that_resolves_to_loopback_connects_to_nothing(
     measure = {"name": "m", "kind": "http", "url": f"http://rebind.example:{listener.port}/", "timeout_s": 2}
 
     with pytest.raises(MeasureFailed, match=r"host_not_allowed|resolved to 127\.0\.0\.1"):
-        connectors.run_measure(measure, {})
+        connectors.start_measure(measure, {}).result()
 
     assert listener.accepted == 0
 
@@ -280,7 +280,7 @@ def test_an_http_lookup_to_an_unlisted_port_connects_to_nothing(settings: Any, l
     measure = {"name": "m", "kind": "http", "url": f"http://127.0.0.1:{listener.port}/", "timeout_s": 2}
 
     with pytest.raises(MeasureFailed, match="host_not_allowed"):
-        connectors.run_measure(measure, {})
+        connectors.start_measure(measure, {}).result()
 
     assert listener.accepted == 0
 
@@ -294,7 +294,7 @@ def test_an_http_lookup_through_a_proxy_to_an_unlisted_host_never_reaches_the_pr
     try:
         measure = {"name": "m", "kind": "http", "url": "http://internal.example/", "timeout_s": 2}
         with pytest.raises(MeasureFailed, match="host_not_allowed"):
-            connectors.run_measure(measure, {})
+            connectors.start_measure(measure, {}).result()
     finally:
         monkeypatch.undo()
         transport.http_lookups.forget_client()

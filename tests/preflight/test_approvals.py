@@ -23,19 +23,17 @@ def test_approve_binds_the_digest_of_the_value_not_the_value() -> None:
 
 def test_an_approval_holds_for_the_same_value_in_any_key_order() -> None:
     approval = approve("arg.to", {"iban": "DE01", "name": "Alice"}, approver="u:7", at=AT)
-    assert approval.holds_for("arg.to", {"name": "Alice", "iban": "DE01"})
+    assert approval_state([approval], "arg.to", {"name": "Alice", "iban": "DE01"}) == "approved"
 
 
 def test_a_changed_value_voids_its_approval() -> None:
     approval = approve("arg.amount", 100, approver="u:7", at=AT)
-    assert approval.holds_for("arg.amount", 100.0)
-    assert not approval.holds_for("arg.amount", 101)
+    assert approval_state([approval], "arg.amount", 100.0) == "approved"
     assert approval_state([approval], "arg.amount", 101) == "void"
 
 
 def test_an_approval_does_not_hold_for_another_slot_with_the_same_value() -> None:
     approval = approve("arg.amount", 100, approver="u:7", at=AT)
-    assert not approval.holds_for("arg.fee", 100)
     assert approval_state([approval], "arg.fee", 100) == "none"
 
 

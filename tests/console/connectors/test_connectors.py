@@ -32,7 +32,7 @@ from console.connectors import MeasureFailed, OutcomeUnknown, ToolCallFailed, tr
 from console.connectors import tools as connector_tools
 from console.demo import bank, shop
 from console.demo._server import build_server
-from console.egress import parse_allowed_hosts
+from console.egress import EgressRefused, parse_allowed_hosts
 
 REPO = Path(__file__).resolve().parents[3]
 BOB = "DE02120300000000202051"
@@ -180,7 +180,7 @@ def slow_bank_http() -> Iterator[dict[str, Any]]:
 def test_http_measure_returns_the_value_and_when_it_was_observed(endpoint: MeasureEndpoint) -> None:
     endpoint.answer(200, {"value": {"balance": 812.5}, "observed_at": "2026-01-05T09:30:00+01:00"})
 
-    value, observed_at = connectors.run_measure(http_measure(endpoint), {"account": BOB})
+    value, observed_at = connectors.start_measure(http_measure(endpoint), {"account": BOB}).result()
 
     assert value == {"balance": 812.5}
     assert observed_at == datetime(2026, 1, 5, 8, 30, tzinfo=UTC)
@@ -188,7 +188,7 @@ def test_http_measure_returns_the_value_and_when_it_was_observed(endpoint: Measu
 
 
 def test_http_measure_posts_its_name_and_args(endpoint: MeasureEndpoint) -> None:
-    connectors.run_measure(http_measure(endpoint), {"account": BOB})
+    connectors.start_measure(http_measure(endpoint), {"account": BOB}).result()
 
     assert endpoint.requests == [{"measure": "bank.balance", "args": {"account": BOB}}]
 
@@ -197,14 +197,14 @@ def test_http_measure_fails_on_a_500_answer(endpoint: MeasureEndpoint) -> None:
     endpoint.answer(500, {"value": 1, "observed_at": datetime.now(UTC).isoformat()})
 
     with pytest.raises(MeasureFailed, match="HTTP 500"):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 def test_http_measure_fails_on_any_status_but_200(endpoint: MeasureEndpoint) -> None:
     endpoint.answer(201, {"value": 1, "observed_at": datetime.now(UTC).isoformat()})
 
     with pytest.raises(MeasureFailed, match="HTTP 201"):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 def test_http_measure_fails_when_the_endpoint_answers_after_the_timeout(endpoint: MeasureEndpoint) -> None:
@@ -212,7 +212,7 @@ def test_http_measure_fails_when_the_endpoint_answers_after_the_timeout(endpoint
     started = time.monotonic()
 
     with pytest.raises(MeasureFailed, match=r"within 0\.2s|timed out"):
-        connectors.run_measure(http_measure(endpoint, timeout_s=0.2), {})
+        connectors.start_measure(http_measure(endpoint, timeout_s=0.2), {}).result()
 
     assert time.monotonic() - started < 0.9
 
@@ -221,7 +221,7 @@ def test_http_measure_fails_on_malformed_json(endpoint: MeasureEndpoint) -> None
     endpoint.answer(raw=b'{"value": 1, "observed_at": ')
 
     with pytest.raises(MeasureFailed, match="not JSON"):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 @pytest.mark.parametrize(
@@ -239,28 +239,28 @@ def test_http_measure_fails_on_an_answer_of_the_wrong_shape(
     endpoint.answer(200, body)
 
     with pytest.raises(MeasureFailed, match=reason):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 def test_http_measure_fails_on_a_nan_value(endpoint: MeasureEndpoint) -> None:
     endpoint.answer(raw=b'{"value": NaN, "observed_at": "2026-01-05T09:30:00+00:00"}')
 
     with pytest.raises(MeasureFailed, match="not JSON"):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 def test_http_measure_fails_on_an_observed_at_without_offset(endpoint: MeasureEndpoint) -> None:
     endpoint.answer(200, {"value": 1, "observed_at": "2026-01-05T09:30:00"})
 
     with pytest.raises(MeasureFailed, match="no UTC offset"):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 def test_http_measure_fails_on_an_observed_at_in_the_future(endpoint: MeasureEndpoint) -> None:
     endpoint.answer(200, {"value": 1, "observed_at": (datetime.now(UTC) + timedelta(hours=1)).isoformat()})
 
     with pytest.raises(MeasureFailed, match="in the future"):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 def test_http_measure_fails_when_nothing_listens() -> None:
@@ -272,12 +272,12 @@ def test_http_measure_fails_when_nothing_listens() -> None:
     }
 
     with pytest.raises(MeasureFailed, match="request failed"):
-        connectors.run_measure(measure, {})
+        connectors.start_measure(measure, {}).result()
 
 
 def test_a_measure_of_unknown_kind_fails() -> None:
     with pytest.raises(MeasureFailed, match="unknown measure kind 'ftp'"):
-        connectors.run_measure({"name": "x", "kind": "ftp", "timeout_s": 1}, {})
+        connectors.start_measure({"name": "x", "kind": "ftp", "timeout_s": 1}, {}).result()
 
 
 # ------------------------------------------------------------------------------------------ HTTP on the wire
@@ -392,7 +392,9 @@ def test_ten_lookups_started_together_each_get_their_own_answer_at_the_same_time
 def test_http_measure_sends_a_json_post_over_http_1_1(raw_server: RawServer) -> None:
     raw_server.reply = answer_bytes(fresh_answer())
 
-    connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/v1/measure?x=1#part"), {"a": 1})
+    connectors.start_measure(
+        raw_measure(f"http://127.0.0.1:{raw_server.port}/v1/measure?x=1#part"), {"a": 1}
+    ).result()
 
     head, _, body = raw_server.requests[0].partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
@@ -465,7 +467,7 @@ def test_lookups_to_one_service_go_over_one_kept_connection() -> None:
     with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(n))) as server:
         url = f"http://127.0.0.1:{server.port}/m"
 
-        values = [connectors.run_measure(raw_measure(url), {})[0] for _ in range(3)]
+        values = [connectors.start_measure(raw_measure(url), {}).result()[0] for _ in range(3)]
 
         assert values == [1, 2, 3]
         assert server.connections == 1
@@ -477,8 +479,8 @@ def test_a_kept_connection_the_service_closes_unanswered_is_replaced_and_the_loo
     with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(conn)) if n == 1 else None) as server:
         url = f"http://127.0.0.1:{server.port}/m"
 
-        first, _ = connectors.run_measure(raw_measure(url), {})
-        second, _ = connectors.run_measure(raw_measure(url), {})
+        first, _ = connectors.start_measure(raw_measure(url), {}).result()
+        second, _ = connectors.start_measure(raw_measure(url), {}).result()
 
         assert (first, second) == (1, 2)
         assert server.requests == [(1, 1), (1, 2), (2, 1)]
@@ -496,8 +498,8 @@ def test_an_answer_that_does_not_keep_its_connection_open_is_not_followed_on_it(
     with keep_alive_server(lambda conn, n: reply if n == 1 else None) as server:
         url = f"http://127.0.0.1:{server.port}/m"
 
-        connectors.run_measure(raw_measure(url), {})
-        connectors.run_measure(raw_measure(url), {})
+        connectors.start_measure(raw_measure(url), {}).result()
+        connectors.start_measure(raw_measure(url), {}).result()
 
         assert server.requests == [(1, 1), (2, 1)]  # a new connection each, none tried twice
 
@@ -510,7 +512,7 @@ def test_http_measure_reaches_an_ipv6_literal_host() -> None:
     try:
         server.reply = answer_bytes(fresh_answer(6))
 
-        value, _ = connectors.run_measure(raw_measure(f"http://[::1]:{server.port}/m"), {})
+        value, _ = connectors.start_measure(raw_measure(f"http://[::1]:{server.port}/m"), {}).result()
 
         assert value == 6
         assert f"\r\nHost: [::1]:{server.port}\r\n".encode() in server.requests[0]
@@ -523,7 +525,7 @@ def test_http_measure_reads_a_chunked_answer(raw_server: RawServer) -> None:
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (raw[:7], raw[7:20], raw[20:]))
     raw_server.reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
 
-    value, _ = connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+    value, _ = connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
     assert value == {"balance": 812.5}
 
@@ -550,9 +552,9 @@ def test_http_measure_reads_a_plain_answer_and_refuses_one_whose_framing_is_in_d
 
     if refused:
         with pytest.raises(MeasureFailed, match=f"request failed: RemoteProtocolError: .*{refused}"):
-            connectors.run_measure(measure, {})
+            connectors.start_measure(measure, {}).result()
     else:
-        assert connectors.run_measure(measure, {})[0] == 5
+        assert connectors.start_measure(measure, {}).result()[0] == 5
 
 
 def test_http_measure_fails_on_an_answer_cut_short_of_its_length(raw_server: RawServer) -> None:
@@ -563,13 +565,13 @@ def test_http_measure_fails_on_an_answer_cut_short_of_its_length(raw_server: Raw
     with pytest.raises(
         MeasureFailed, match="RemoteProtocolError: peer closed connection without sending complete"
     ):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
 
 def test_http_measure_reads_an_answer_without_length_until_the_server_closes(raw_server: RawServer) -> None:
     raw_server.reply = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + json.dumps(fresh_answer(3)).encode()
 
-    value, _ = connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+    value, _ = connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
     assert value == 3
 
@@ -577,7 +579,7 @@ def test_http_measure_reads_an_answer_without_length_until_the_server_closes(raw
 def test_http_measure_skips_an_informational_answer_before_the_real_one(raw_server: RawServer) -> None:
     raw_server.reply = b"HTTP/1.1 100 Continue\r\n\r\n" + answer_bytes(fresh_answer(4))
 
-    value, _ = connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+    value, _ = connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
     assert value == 4
 
@@ -587,14 +589,16 @@ def test_http_measure_fails_on_an_answer_larger_than_the_limit(raw_server: RawSe
     raw_server.reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b" " * size
 
     with pytest.raises(MeasureFailed, match=f"answer larger than {transport.MAX_MEASURE_BODY_BYTES} bytes"):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
 
 def test_http_measure_does_not_follow_a_redirect(raw_server: RawServer, endpoint: MeasureEndpoint) -> None:
     raw_server.reply = f"HTTP/1.1 302 Found\r\nLocation: {endpoint.url}\r\nContent-Length: 0\r\n\r\n".encode()
 
     with pytest.raises(MeasureFailed, match="answered HTTP 302"):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {"account": BOB})
+        connectors.start_measure(
+            raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {"account": BOB}
+        ).result()
 
     assert endpoint.requests == []
 
@@ -603,7 +607,7 @@ def test_http_measure_fails_on_a_garbled_answer(raw_server: RawServer) -> None:
     raw_server.reply = b"garbage\r\n\r\n"
 
     with pytest.raises(MeasureFailed, match="request failed: RemoteProtocolError: illegal status line"):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
 
 def test_http_measure_fails_when_the_server_hangs_up_without_answering(raw_server: RawServer) -> None:
@@ -612,19 +616,19 @@ def test_http_measure_fails_when_the_server_hangs_up_without_answering(raw_serve
     with pytest.raises(
         MeasureFailed, match="RemoteProtocolError: Server disconnected without sending a response"
     ):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
 
 def test_http_measure_refuses_a_url_with_a_space_before_sending_anything(raw_server: RawServer) -> None:
     with pytest.raises(MeasureFailed, match="a URL with spaces, control characters or backslashes"):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/a b"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/a b"), {}).result()
 
     assert raw_server.requests == []
 
 
 def test_http_measure_says_the_connection_was_refused() -> None:
     with pytest.raises(MeasureFailed, match=r"request failed: ConnectionRefusedError: \[Errno \d+\]"):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{free_port()}/"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{free_port()}/"), {}).result()
 
 
 def test_http_measure_that_gets_no_answer_hangs_up_at_its_timeout(raw_server: RawServer) -> None:
@@ -632,7 +636,9 @@ def test_http_measure_that_gets_no_answer_hangs_up_at_its_timeout(raw_server: Ra
     began = time.monotonic()
 
     with pytest.raises(MeasureFailed, match=r"no answer within 0\.3s"):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/", timeout_s=0.3), {})
+        connectors.start_measure(
+            raw_measure(f"http://127.0.0.1:{raw_server.port}/", timeout_s=0.3), {}
+        ).result()
 
     assert time.monotonic() - began < 1.0
     assert raw_server.client_closed.wait(2)  # the loop closed its socket: no connection left behind
@@ -658,7 +664,7 @@ def test_http_measure_resolves_a_host_name_off_the_loop_thread(
     endpoint.answer(200, fresh_answer(5))
     port = endpoint.url.split(":")[2].split("/")[0]
 
-    value, _ = connectors.run_measure(raw_measure(f"http://localhost:{port}/measure"), {})
+    value, _ = connectors.start_measure(raw_measure(f"http://localhost:{port}/measure"), {}).result()
 
     assert value == 5
     assert resolved_on and "preflight-http" not in resolved_on  # DNS never holds up the loop thread
@@ -667,7 +673,7 @@ def test_http_measure_resolves_a_host_name_off_the_loop_thread(
 def test_http_measure_of_a_host_that_does_not_resolve_fails_with_the_resolver_error(settings: Any) -> None:
     settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["preflight-lookup.invalid"])
     with pytest.raises(MeasureFailed, match="request failed: gaierror"):
-        connectors.run_measure(raw_measure("http://preflight-lookup.invalid/"), {})
+        connectors.start_measure(raw_measure("http://preflight-lookup.invalid/"), {}).result()
 
 
 @pytest.fixture(scope="module")
@@ -737,7 +743,9 @@ def test_https_measure_reads_the_answer_of_a_server_it_trusts(
     # Larger than a TLS record (16 KiB): the loop must drain what the TLS layer has already decrypted.
     tls_server.reply = answer_bytes(fresh_answer("x" * 200_000))
 
-    value, _ = connectors.run_measure(raw_measure(f"https://localhost:{tls_server.port}/"), {"a": 1})
+    value, _ = connectors.start_measure(
+        raw_measure(f"https://localhost:{tls_server.port}/"), {"a": 1}
+    ).result()
 
     assert value == "x" * 200_000
     assert json.loads(tls_server.requests[0].partition(b"\r\n\r\n")[2])["args"] == {"a": 1}
@@ -752,7 +760,7 @@ def test_https_lookups_to_one_service_go_over_one_kept_connection(
     with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(str(n) * 40_000)), context) as server:
         url = f"https://localhost:{server.port}/"
 
-        values = [connectors.run_measure(raw_measure(url), {})[0] for _ in range(3)]
+        values = [connectors.start_measure(raw_measure(url), {}).result()[0] for _ in range(3)]
 
         assert values == ["1" * 40_000, "2" * 40_000, "3" * 40_000]
         assert server.connections == 1
@@ -762,7 +770,7 @@ def test_https_measure_refuses_a_certificate_nobody_vouches_for(tls_server: RawS
     tls_server.reply = answer_bytes(fresh_answer())
 
     with pytest.raises(MeasureFailed, match=r"request failed: SSLCertVerificationError: .*verify failed"):
-        connectors.run_measure(raw_measure(f"https://127.0.0.1:{tls_server.port}/"), {})
+        connectors.start_measure(raw_measure(f"https://127.0.0.1:{tls_server.port}/"), {}).result()
 
     assert tls_server.requests == []
 
@@ -797,7 +805,9 @@ def test_http_measure_goes_through_the_proxy_the_environment_names(
     fake_proxy: FakeProxy, settings: Any
 ) -> None:
     settings.PREFLIGHT_HTTP_ALLOW = parse_allowed_hosts(["lookup.invalid"])
-    value, _ = connectors.run_measure(raw_measure("http://lookup.invalid/measure"), {"account": BOB})
+    value, _ = connectors.start_measure(
+        raw_measure("http://lookup.invalid/measure"), {"account": BOB}
+    ).result()
 
     assert value == "via proxy"
     assert fake_proxy.requests == [
@@ -811,7 +821,7 @@ def test_http_measure_skips_the_proxy_for_a_host_in_no_proxy(
     monkeypatch.setenv("no_proxy", "127.0.0.1")
     endpoint.answer(200, fresh_answer("direct"))
 
-    value, _ = connectors.run_measure(http_measure(endpoint), {})
+    value, _ = connectors.start_measure(http_measure(endpoint), {}).result()
 
     assert value == "direct"
     assert fake_proxy.requests == []
@@ -820,39 +830,45 @@ def test_http_measure_skips_the_proxy_for_a_host_in_no_proxy(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_runs_http_lookups_on_a_loop_of_its_own(endpoint: MeasureEndpoint) -> None:
     endpoint.echo_args = True
-    assert connectors.run_measure(http_measure(endpoint), {"who": "parent"})[0] == {"who": "parent"}
+    assert connectors.start_measure(http_measure(endpoint), {"who": "parent"}).result()[0] == {
+        "who": "parent"
+    }
     with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": the point of the test
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the child: the parent's loop thread is gone; a lookup must still be answered
         try:
-            ok = connectors.run_measure(http_measure(endpoint), {"who": "child"})[0] == {"who": "child"}
+            ok = connectors.start_measure(http_measure(endpoint), {"who": "child"}).result()[0] == {
+                "who": "child"
+            }
         except BaseException:
             ok = False
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert connectors.run_measure(http_measure(endpoint), {"who": "parent"})[0] == {"who": "parent"}
+    assert connectors.start_measure(http_measure(endpoint), {"who": "parent"}).result()[0] == {
+        "who": "parent"
+    }
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_does_not_share_its_parents_kept_connections() -> None:
     with keep_alive_server(lambda conn, n: answer_bytes(fresh_answer(conn))) as server:
         url = f"http://127.0.0.1:{server.port}/m"
-        assert connectors.run_measure(raw_measure(url), {})[0] == 1  # its connection is kept
+        assert connectors.start_measure(raw_measure(url), {}).result()[0] == 1  # its connection is kept
         with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": the point of the test
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:  # the child connects anew: two processes on one connection would mix their answers
             try:
-                ok = connectors.run_measure(raw_measure(url), {})[0] == 2
+                ok = connectors.start_measure(raw_measure(url), {}).result()[0] == 2
             except BaseException:
                 ok = False
             os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
 
         assert os.waitstatus_to_exitcode(status) == 0
-        assert connectors.run_measure(raw_measure(url), {})[0] == 1  # the parent's, still open
+        assert connectors.start_measure(raw_measure(url), {}).result()[0] == 1  # the parent's, still open
         assert server.connections == 2
 
 
@@ -892,41 +908,43 @@ def python_measure(lookup: str, timeout_s: float = 2.0) -> dict[str, Any]:
 def test_python_lookup_is_called_with_the_args_and_stamped_with_the_call_time() -> None:
     before = datetime.now(UTC)
 
-    value, observed_at = connectors.run_measure(python_measure("test_connectors.balance"), {"account": BOB})
+    value, observed_at = connectors.start_measure(
+        python_measure("test_connectors.balance"), {"account": BOB}
+    ).result()
 
     assert value == {"account": BOB, "balance": 42.0}
     assert before <= observed_at <= datetime.now(UTC)
 
 
 def test_python_lookup_may_report_when_it_observed_the_value() -> None:
-    value, observed_at = connectors.run_measure(python_measure("test_connectors.stamped"), {})
+    value, observed_at = connectors.start_measure(python_measure("test_connectors.stamped"), {}).result()
 
     assert (value, observed_at) == (7, datetime(2026, 1, 5, 9, 30, tzinfo=UTC))
 
 
 def test_python_lookup_with_a_naive_observation_time_fails() -> None:
     with pytest.raises(MeasureFailed, match="no UTC offset"):
-        connectors.run_measure(python_measure("test_connectors.naive"), {})
+        connectors.start_measure(python_measure("test_connectors.naive"), {}).result()
 
 
 def test_python_lookup_that_raises_fails_with_the_reason() -> None:
     with pytest.raises(MeasureFailed, match="ConnectionError: core banking is down"):
-        connectors.run_measure(python_measure("test_connectors.broken"), {})
+        connectors.start_measure(python_measure("test_connectors.broken"), {}).result()
 
 
 def test_python_lookup_slower_than_its_timeout_fails() -> None:
     with pytest.raises(MeasureFailed, match=r"did not return within 0\.1s"):
-        connectors.run_measure(python_measure("test_connectors.sleepy", timeout_s=0.1), {})
+        connectors.start_measure(python_measure("test_connectors.sleepy", timeout_s=0.1), {}).result()
 
 
 def test_python_lookup_that_was_never_registered_fails() -> None:
     with pytest.raises(MeasureFailed, match="no python lookup registered"):
-        connectors.run_measure(python_measure("test_connectors.nobody"), {})
+        connectors.start_measure(python_measure("test_connectors.nobody"), {}).result()
 
 
 def test_python_lookup_given_args_it_does_not_take_fails() -> None:
     with pytest.raises(MeasureFailed, match="TypeError"):
-        connectors.run_measure(python_measure("test_connectors.balance"), {"acount": BOB})
+        connectors.start_measure(python_measure("test_connectors.balance"), {"acount": BOB}).result()
 
 
 def test_a_started_lookup_returns_at_once_and_its_result_waits_for_the_answer() -> None:
@@ -1114,17 +1132,24 @@ def test_a_stdio_command_the_host_does_not_allow_is_refused_without_being_starte
         "config": {"connector": {"kind": "mcp_stdio", "command": command}, "tool": "t"},
     }
     with pytest.raises(MeasureFailed, match="command_not_allowed"):
-        connectors.run_measure(measure, {})
+        connectors.start_measure(measure, {}).result()
     assert not marker.exists()
 
 
 def test_an_allowed_command_admits_no_extra_arguments_and_no_other_program(settings: Any) -> None:
     settings.PREFLIGHT_MCP_STDIO_ALLOW = [["/opt/mcp/server"]]
 
-    assert connectors.stdio_command_allowed(["/opt/mcp/server"])
-    assert not connectors.stdio_command_allowed(["/opt/mcp/server", "--readonly"])
-    assert not connectors.stdio_command_allowed(["/opt/mcp/server-evil"])
-    assert not connectors.stdio_command_allowed(["sh", "-c", "/opt/mcp/server"])
+    def stdio(command: list[str]) -> dict[str, Any]:
+        return connectors.checked_connector({"kind": "mcp_stdio", "command": command})
+
+    assert stdio(["/opt/mcp/server"]) == {"kind": "mcp_stdio", "command": ["/opt/mcp/server"]}
+    for refused in (
+        ["/opt/mcp/server", "--readonly"],
+        ["/opt/mcp/server-evil"],
+        ["sh", "-c", "/opt/mcp/server"],
+    ):
+        with pytest.raises(EgressRefused, match="command_not_allowed"):
+            stdio(refused)
 
 
 def test_stdio_server_that_cannot_start_fails_and_says_why(settings: Any) -> None:
@@ -1251,16 +1276,16 @@ def mcp_measure(connector: dict[str, Any], tool: str, **config: Any) -> dict[str
 def test_mcp_measure_reads_a_field_of_get_balance(bank_http: dict[str, Any]) -> None:
     before = datetime.now(UTC)
 
-    value, observed_at = connectors.run_measure(
+    value, observed_at = connectors.start_measure(
         mcp_measure(bank_http, "get_balance", field="currency"), {"account": BOB}
-    )
+    ).result()
 
     assert value == "EUR"
     assert before <= observed_at <= datetime.now(UTC)
 
 
 def test_mcp_measure_without_a_field_is_the_whole_structured_content(bank_http: dict[str, Any]) -> None:
-    value, _ = connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB})
+    value, _ = connectors.start_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB}).result()
 
     assert set(value) == {"account", "balance", "currency"}
 
@@ -1269,12 +1294,12 @@ def test_mcp_measure_refuses_a_tool_not_annotated_read_only(bank_http: dict[str,
     arguments = {"from_account": ALICE, "to_account": BOB, "amount": 1}
 
     with pytest.raises(MeasureFailed, match="not annotated readOnlyHint"):
-        connectors.run_measure(mcp_measure(bank_http, "transfer_funds"), arguments)
+        connectors.start_measure(mcp_measure(bank_http, "transfer_funds"), arguments).result()
 
 
 def test_mcp_measure_of_an_unknown_account_fails(bank_http: dict[str, Any]) -> None:
     with pytest.raises(MeasureFailed, match="unknown account NOPE"):
-        connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": "NOPE"})
+        connectors.start_measure(mcp_measure(bank_http, "get_balance"), {"account": "NOPE"}).result()
 
 
 # ------------------------------------------------------------------------------------------ demo servers
@@ -1346,7 +1371,7 @@ def test_in_process_bank_transfer_shows_in_the_balance_lookup() -> None:
 
     inprocess.register()
     lookup = {"name": "bank.balance", "kind": "python", "timeout_s": 2}
-    before, _ = connectors.run_measure(lookup, {"account": ALICE})
+    before, _ = connectors.start_measure(lookup, {"account": ALICE}).result()
 
     connectors.call_tool(
         PYTHON,
@@ -1356,7 +1381,7 @@ def test_in_process_bank_transfer_shows_in_the_balance_lookup() -> None:
         timeout_s=2,
     )
 
-    after, _ = connectors.run_measure(lookup, {"account": ALICE})
+    after, _ = connectors.start_measure(lookup, {"account": ALICE}).result()
     assert after == before - 100
 
 
@@ -1386,7 +1411,7 @@ def test_an_mcp_lookup_answer_larger_than_the_bound_is_a_failed_lookup(
     monkeypatch.setattr(transport, "MAX_MEASURE_BODY_BYTES", 40)  # get_balance's answer is longer
 
     with pytest.raises(MeasureFailed, match="more than 40 bytes"):
-        connectors.run_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB})
+        connectors.start_measure(mcp_measure(bank_http, "get_balance"), {"account": BOB}).result()
 
 
 def test_a_tool_answer_larger_than_the_bound_is_kept_as_its_size_and_digest(
@@ -1422,14 +1447,14 @@ def test_a_lookup_answer_that_cannot_be_recorded_is_a_failed_lookup(
     endpoint.body = f'{{"value": {raw_value}, "observed_at": "{observed}"}}'.encode()
 
     with pytest.raises(MeasureFailed):
-        connectors.run_measure(http_measure(endpoint), {})
+        connectors.start_measure(http_measure(endpoint), {}).result()
 
 
 def test_http_measure_fails_on_a_head_that_never_ends(raw_server: RawServer) -> None:
     raw_server.reply = b"HTTP/1.1 200 OK\r\nX-Filler: " + b"a" * (4 << 20)
 
     with pytest.raises(MeasureFailed):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
 
 def test_http_measure_fails_on_a_chunked_answer_larger_than_the_limit(raw_server: RawServer) -> None:
@@ -1438,7 +1463,7 @@ def test_http_measure_fails_on_a_chunked_answer_larger_than_the_limit(raw_server
     raw_server.reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * count + b"0\r\n\r\n"
 
     with pytest.raises(MeasureFailed, match="larger than"):
-        connectors.run_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {})
+        connectors.start_measure(raw_measure(f"http://127.0.0.1:{raw_server.port}/"), {}).result()
 
 
 def test_http_measure_dripping_its_answer_is_cut_off_at_the_timeout() -> None:
@@ -1462,7 +1487,7 @@ def test_http_measure_dripping_its_answer_is_cut_off_at_the_timeout() -> None:
     started = time.monotonic()
     try:
         with pytest.raises(MeasureFailed, match="no answer within"):
-            connectors.run_measure(measure, {})
+            connectors.start_measure(measure, {}).result()
         assert time.monotonic() - started < 2.0
     finally:
         stop.set()
