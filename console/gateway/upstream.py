@@ -34,7 +34,6 @@ class UpstreamConfig:
 
     server: str
     connector: dict[str, Any]
-    annotations_trusted: bool = False
     timeout_s: float = 30.0
 
 

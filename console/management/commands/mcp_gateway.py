@@ -77,7 +77,6 @@ class Command(BaseCommand):
                 UpstreamConfig(
                     server=row.name,
                     connector=dict(row.connector),
-                    annotations_trusted=row.annotations_trusted,
                     timeout_s=float(row.connector.get("timeout_s") or settings.PREFLIGHT_TOOL_TIMEOUT_S),
                 )
             )
