@@ -30,5 +30,7 @@ urlpatterns = [
     path("api/v1/", include("console.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", api_docs, name="api-docs"),
-    path("", include("console.web.urls")),
+    # The pages: review (queue, review form, audit) and operator (catalog, rules, dashboards, gap reports).
+    path("", include("console.web.review_urls")),
+    path("", include("console.web.operator_urls")),
 ]
