@@ -27,7 +27,6 @@ kind may carry ``timeout_s`` (the tool call's).
 
 from console.connectors.errors import MeasureFailed, OutcomeUnknown, ToolCallFailed
 from console.connectors.measures import (
-    DEFAULT_MEASURE_TIMEOUT_S,
     StartedMeasure,
     register_lookup,
     start_measure,
@@ -42,7 +41,6 @@ from console.connectors.tools import (
 
 __all__ = [
     "CONNECT_TIMEOUT_FLOOR_S",
-    "DEFAULT_MEASURE_TIMEOUT_S",
     "MeasureFailed",
     "OutcomeUnknown",
     "StartedMeasure",
