@@ -174,7 +174,8 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
     # collected: results are recorded from this thread, whose database connection is kept across tasks, and
     # all that came in meanwhile in one statement. The answers of a frontier come close together; one
     # statement each kept the last waiting for every lookup before it.
-    running = [(lookup, _start(lookup)) for lookup in lookups]
+    with connectors.StartedMeasure.together():
+        running = [(lookup, _start(lookup)) for lookup in lookups]
     filled = 0
     last: list[LookupResult] = []
     try:
