@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -71,6 +72,11 @@ class StartedMeasure:
     def wait_all(started: Sequence[StartedMeasure], timeout: float) -> None:
         """Wait until each is in, has failed or has timed out, or for `timeout` (`transport.wait_all`)."""
         transport.wait_all([s._call for s in started if s._call is not None], timeout)
+
+    @staticmethod
+    def together() -> contextlib.AbstractContextManager[None]:
+        """The HTTP lookups started inside the block leave together when it ends (`_HttpLookups.together`)."""
+        return http_lookups.together()
 
     def result(self) -> tuple[Any, datetime]:
         """``(value, observed_at)``, waiting if need be; ``MeasureFailed`` without a trustworthy value."""

@@ -4,6 +4,7 @@ event loop per process that runs every HTTP lookup on one pooled client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -18,7 +19,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -374,24 +375,47 @@ class _HttpLookups:
         # Lookups started and not yet taken by the loop: a frontier's go over in one wake-up of the loop
         # thread, not one each (each a write to its wake-up pipe, and a hand-over of the GIL).
         self._incoming: list[tuple[Coroutine[Any, Any, None], Pending]] = []
+        self._woken = False  # a wake-up of the loop is on its way, to take what is incoming
+        self._holding = threading.local()  # this thread's `together` blocks, how deep
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """Lookups this thread starts inside the block go to the loop when it ends, in one wake-up. Woken at
+        the first, the loop thread took the GIL to send it while the rest were still being started, and a
+        frontier's last lookup left milliseconds after its first (bench/lookups.py)."""
+        depth = getattr(self._holding, "depth", 0)
+        self._holding.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._holding.depth = depth
+            if not depth:
+                self._wake()
 
     def start(self, url: str, body: bytes, timeout_s: float) -> Pending:
         pending = Pending(timeout_s, grace_s=_HTTP_LOOP_GRACE_S)
         work = self._exchange(pending, url, body, timeout_s)
         with self._lock:
+            self._incoming.append((work, pending))
+        if not getattr(self._holding, "depth", 0):
+            self._wake()
+        return pending
+
+    def _wake(self) -> None:
+        with self._lock:
+            if self._woken or not self._incoming:
+                return
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(target=self._loop.run_forever, name="preflight-http", daemon=True).start()
+            self._woken = True
             loop = self._loop
-            self._incoming.append((work, pending))
-            wake = len(self._incoming) == 1
-        if wake:
-            loop.call_soon_threadsafe(self._take_incoming)
-        return pending
+        loop.call_soon_threadsafe(self._take_incoming)
 
     def _take_incoming(self) -> None:
         with self._lock:
             incoming, self._incoming = self._incoming, []
+            self._woken = False
         for work, pending in incoming:
             self._spawn(work, pending)
 
