@@ -62,18 +62,8 @@ class SpanIn(serializers.Serializer[JSONObject]):
     start = Integer(help_text="code point offset into the turn's content")
     end = Integer(help_text="exclusive end offset")
 
-    def to_internal_value(self, data: Any) -> Any:
-        if _plain_span(data):  # what the fields would give, without running each one
-            return {k: data[k] for k in ("turn", "start", "end")}
-        return super().to_internal_value(data)
-
 
 _SPAN_IN = _built(SpanIn())
-
-
-def _plain_span(data: Any) -> bool:
-    """An object whose turn, start and end are all integers: SpanIn would pass it unchanged."""
-    return isinstance(data, dict) and all(type(data.get(k)) is int for k in ("turn", "start", "end"))
 
 
 @extend_schema_field(
@@ -88,8 +78,6 @@ class PointerField(serializers.Field[object, object, object, JSONObject]):
     """One span, or one span per element of an array value."""
 
     def to_internal_value(self, data: Any) -> Any:
-        if _plain_span(data) or (isinstance(data, list) and data and all(map(_plain_span, data))):
-            return data  # what SpanIn accepts as it is, without building a serializer per span
         if isinstance(data, list):
             if not data:
                 raise serializers.ValidationError("an array of spans must not be empty")
