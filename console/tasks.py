@@ -169,7 +169,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
     """Run the pending lookups of these keys and record their results as they come, the last of them with
     the settle, which preflights again if none of the execution's is pending any more. A key found done
     already is a redelivered copy's: that lookup is not run again (a copy may still owe the preflight)."""
-    lookups, submitted = _pending_lookups(execution_id, keys)
+    lookups = _pending_lookups(execution_id, keys)
     # All started first (an HTTP lookup on the process's HTTP loop, any other in a thread of its own), then
     # collected: results are recorded from this thread, whose database connection is kept across tasks, and
     # all that came in meanwhile in one statement. The answers of a frontier come close together; one
@@ -200,7 +200,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
         last = [LookupResult(lookup.observation_id, None, error, timezone.now()) for lookup, _ in running]
-    lookups_settled(execution_id=execution_id, filled=filled > 0, results=last, submitted=submitted)
+    lookups_settled(execution_id=execution_id, filled=filled > 0, results=last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,23 +211,19 @@ class _Lookup:
     measure: dict[str, Any] | None  # the connector spec of the Measure it runs; None if none is registered
 
 
-def _pending_lookups(
-    execution_id: str, keys: Sequence[str]
-) -> tuple[list[_Lookup], tuple[str, dict[str, Any]] | None]:
+def _pending_lookups(execution_id: str, keys: Sequence[str]) -> list[_Lookup]:
     """The pending observation of each key (the first, if a key has several) and the measure it runs, in one
     plain query: everything a lookup does before its call sits between the lookups of a frontier starting
     (they share the worker's GIL), and the ORM spent more CPU building these small queries than PostgreSQL
-    spent running them. With them, the execution's principal and request (None if none is pending), for
-    `lookups_settled`."""
+    spent running them."""
     if not keys:
-        return [], None
+        return []
     pk = models.Execution._meta.pk
     assert pk is not None
     execution_pk = pk.get_db_prep_value(uuid.UUID(execution_id), connection)
     pending = raw_rows(_pending_sql(connection.vendor, len(keys)), [execution_pk, *keys])
-    submitted = (pending[0][-2], json_value(pending[0][-1])) if pending else None
     found: dict[str, _Lookup] = {}
-    for obs_id, key, name, args, m_name, kind, url, timeout_s, config, _, _ in pending:
+    for obs_id, key, name, args, m_name, kind, url, timeout_s, config in pending:
         if key in found:
             continue
         spec = None
@@ -240,17 +236,15 @@ def _pending_lookups(
                 "config": json_value(config),
             }
         found[key] = _Lookup(obs_id, name, json_value(args), spec)
-    return [found[key] for key in dict.fromkeys(keys) if key in found], submitted
+    return [found[key] for key in dict.fromkeys(keys) if key in found]
 
 
 @functools.cache
 def _pending_sql(vendor: str, n: int) -> str:
-    obs, measure, execution = models.Observation, models.Measure, models.Execution
+    obs, measure = models.Observation, models.Measure
     return (
-        "SELECT o.id, o.key, o.lookup, o.args, m.name, m.kind, m.url, m.timeout_s, m.config,"
-        " e.principal, e.request"
+        "SELECT o.id, o.key, o.lookup, o.args, m.name, m.kind, m.url, m.timeout_s, m.config"
         f" FROM {table(obs)} o LEFT JOIN {table(measure)} m ON m.name = o.lookup"
-        f" JOIN {table(execution)} e ON e.id = o.execution_id"
         f" WHERE o.execution_id = %s AND o.key IN ({', '.join(['%s'] * n)}) AND o.observed_at IS NULL"
         " ORDER BY o.id"
     )

@@ -36,42 +36,6 @@ def lock_execution(execution_id: Any, *, contract: bool = True) -> models.Execut
         raise NotFound("unknown_execution", f"no execution {execution_id}") from None
 
 
-# What a preflight again reads and writes of the execution it locked, the rest deferred; in the model's field
-# order, as Model.from_db takes them.
-_LOCKED_FIELDS = (
-    *("id", "principal", "contract_id", "request", "verdict", "timing_at", "records"),
-    *("rejected_at", "expired_at"),
-)
-
-
-def lock_execution_read(execution_id: Any) -> storage.Read:
-    """`lock_execution(execution_id, contract=False)` as a plain read, for a caller that sends it in one round
-    trip with the reads after it (`storage.raw_reads`); `locked_execution` makes its row the execution."""
-    return _lock_sql(), [_execution_pk(execution_id)]
-
-
-@storage.per_vendor
-def _lock_sql() -> str:
-    # The same lock as lock_execution's (SQLite has none: a write there locks the database).
-    lock = " FOR NO KEY UPDATE" if connection.features.has_select_for_update else ""
-    columns = ", ".join(connection.ops.quote_name(f) for f in _LOCKED_FIELDS)
-    return f"SELECT {columns} FROM {storage.table(models.Execution)} WHERE id = %s{lock}"
-
-
-def locked_execution(rows: list[tuple[Any, ...]]) -> models.Execution | None:
-    """The execution `lock_execution_read` read, or None if there is none."""
-    if not rows:
-        return None
-    pk = models.Execution._meta.pk
-    assert pk is not None
-    values = dict(zip(_LOCKED_FIELDS, rows[0], strict=True))
-    values["id"] = pk.to_python(values["id"])  # SQLite gives it as text
-    values["request"] = storage.json_value(values["request"])
-    for name in ("timing_at", "rejected_at", "expired_at"):
-        values[name] = storage.datetime_value(values[name])
-    return models.Execution.from_db(connection.alias, _LOCKED_FIELDS, tuple(values.values()))
-
-
 def _has_run(execution: models.Execution) -> bool:
     # Plain SQL, built once: every re-preflight asks, and building this read through the ORM each time cost
     # more CPU than the read itself (bench/lookups.py).

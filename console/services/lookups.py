@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Case, Field, Value, When
 from django.db.models.functions import Cast
 
 from console import models, queries, storage
 from console.audit import audit_append, audit_batch
+from console.errors import NotFound
 from console.services import common
-from console.services.common import _has_run_sql, lock_execution, lock_execution_read, locked_execution
-from console.services.preflights import _evidence_reads, _preflight_and_record, _request_reads
+from console.services.common import _execution_pk, _has_run_sql, lock_execution
+from console.services.preflights import _preflight_and_record, _preflight_reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,6 @@ def lookups_settled(
     execution_id: Any,
     filled: bool = False,
     results: Sequence[LookupResult] = (),
-    submitted: tuple[str, Mapping[str, Any]] | None = None,
 ) -> models.PreflightRecord | None:
     """A lookup task is done: record its last `results`, and preflight again if none of the execution's
     lookups is pending any more and the latest record waits on lookups. `filled`: the task recorded results
@@ -89,35 +88,22 @@ def lookups_settled(
     between two levels; a fill under the lock in one task and a look without it in another could each miss
     the other's, so every task takes the lock.)
 
-    `submitted`: the execution's principal and request as the task read them, so that the preflight's reads
-    that depend on them go in the lock's round trip too (a read is answered from there only if its statement
-    and parameters are the ones the preflight makes).
-
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
     `execute` would mint a new grant and void the one the agent holds."""
     try:
-        lock = lock_execution_read(execution_id)
-    except (ValidationError, ValueError):
+        execution = lock_execution(execution_id, contract=False)
+    except NotFound:
         return None
-    pk = lock[1]
-    looks = [(_pending_sql(), pk), (_has_run_sql(), pk)]
-    # What a preflight reads that does not depend on the execution's request (`_preflight_reads`).
-    reads = [storage.rules_read(), *_evidence_reads(execution_id)]
-    if submitted is not None:
-        reads += _request_reads(*submitted)
-    fill = [_fill_read(results)] if results and storage.pipelines() else []
-    if storage.pipelines():
-        # The lock, the fill, the looks and those reads in one round trip, in this order: each statement
-        # sees those before it, the commit of the lock's previous holder included.
-        locked, *answers = storage.raw_reads(lock, *fill, *looks, *reads)
-    else:
-        locked = storage.raw_rows(*lock)
-        if results and locked:
-            filled = observations_fill(results=results) > 0 or filled
-        answers = storage.raw_reads(*looks, *reads)
-    execution = locked_execution(locked)
-    if execution is None:
-        return None
+    fill = []
+    if results and storage.pipelines():
+        fill = [_fill_read(results)]
+    elif results:
+        filled = observations_fill(results=results) > 0 or filled
+    # The fill, the looks and what a preflight would read, in one round trip (in this order: each statement
+    # sees those before it).
+    pk = [_execution_pk(execution.pk)]
+    reads = _preflight_reads(execution.pk, execution.principal, execution.request)
+    answers = storage.raw_reads(*fill, (_pending_sql(), pk), (_has_run_sql(), pk), *reads)
     n = len(fill)
     filled = filled or any(answers[:n])
     pending, ran = answers[n : n + 2]

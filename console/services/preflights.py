@@ -235,20 +235,9 @@ def _preflight_reads(
     if rows is None:
         reads.insert(0, _contract_read(request))
     if not fresh:
-        reads += _evidence_reads(execution_id)
+        execution = models.Execution(pk=execution_id)
+        reads += [storage.evidence_read(execution), _lookup_counts_read(execution)]
     return reads
-
-
-def _request_reads(principal: str, request: Mapping[str, Any]) -> list[storage.Read]:
-    """What a preflight reads that depends on the execution's request: its contract, and the presets of a
-    named tool."""
-    return [_contract_read(request), *_presets_reads(principal, request)]
-
-
-def _evidence_reads(execution_id: Any) -> list[storage.Read]:
-    """What a preflight reads of an execution with a past: its evidence and how often each lookup ran."""
-    execution = models.Execution(pk=execution_id)
-    return [storage.evidence_read(execution), _lookup_counts_read(execution)]
 
 
 # What a new record changes on its execution.
