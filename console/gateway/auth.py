@@ -23,8 +23,6 @@ TOKEN_ENV = "PREFLIGHT_AGENT_TOKEN"
 # The scope an agent token carries; an operator token carries the other one and is refused (403).
 AGENT_SCOPE = "agent"
 OPERATOR_SCOPE = "operator"
-# The same read as the REST API's, under the name the gateway (and `manage.py demo`) knows it by.
-lookup = active_token
 
 
 class TokenRefused(MCPError):
@@ -47,7 +45,7 @@ def check(raw: str | None, principal: str) -> AgentToken:
             "no agent token: over HTTP send 'Authorization: Bearer <token>'; over stdio set "
             f"{TOKEN_ENV} or --token-file (manage.py create_agent_token NAME)",
         )
-    token = lookup(raw)
+    token = active_token(raw)
     if token is None:
         raise TokenRefused("unauthenticated", "unknown or revoked token")
     if token.is_operator_token:
@@ -68,7 +66,7 @@ class AgentTokenVerifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         def job() -> AgentToken | None:
             close_old_connections()
-            return lookup(token)
+            return active_token(token)
 
         row = await anyio.to_thread.run_sync(job)
         if row is None:

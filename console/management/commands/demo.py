@@ -29,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.env import env_hosts
 from console import connectors, models
+from console.api.auth import active_token
 from console.demo import agent
 from console.gateway import auth
 from console.services.catalog import catalog_import
@@ -132,7 +133,7 @@ class Command(BaseCommand):
         acts as this token, over stdio from the environment, over HTTP from each request."""
         path = settings.VAR_DIR / "demo-agent-token"
         secret = path.read_text().strip() if path.exists() else ""
-        if not secret or auth.lookup(secret) is None:
+        if not secret or active_token(secret) is None:
             secret = agent_token_create(name="demo-agent", principals=[agent.REQUESTER])[1]
             path.touch(mode=0o600)
             path.write_text(secret + "\n")
