@@ -26,7 +26,7 @@ from console.audit import verify_all
 from console.storage import record_body_digest
 from console.web.access import AUDITOR, role_required
 from console.web.csv_cells import csv_cell
-from console.web.filters import CatalogFilter
+from console.web.filters import CatalogFilter, form_problems
 from console.web.requests import SignedInRequest, render_partial
 
 VERDICTS = ("execute", "ask", "measure", "hold", "block", "deferred")
@@ -118,7 +118,7 @@ def records(request: SignedInRequest) -> HttpResponse:
     template = "console/audit/records.html"
     if not form.is_valid():
         empty = Paginator(models.PreflightRecord.objects.none(), PAGE_SIZE).get_page(1)
-        context = {"form": form, "page": empty, "problems": form.problems()}
+        context = {"form": form, "page": empty, "problems": form_problems(form)}
         return render(request, template, context, status=400)
     page = Paginator(_rows(filtered(form.cleaned_data)), PAGE_SIZE).get_page(form.cleaned_data["page"])
     return render_partial(request, template, {"form": form, "page": page}, "records")
@@ -167,7 +167,7 @@ def _export(
     writes them; a 400 naming the invalid filters instead."""
     form = RecordFilter(request.GET)
     if not form.is_valid():
-        reason = "These filters are not valid, so nothing is exported: " + "; ".join(form.problems())
+        reason = "These filters are not valid, so nothing is exported: " + "; ".join(form_problems(form))
         return HttpResponseBadRequest(reason, content_type="text/plain; charset=utf-8")
     # Streamed in chunks from a server-side cursor: an export of every record never sits in memory.
     rows = _rows(filtered(form.cleaned_data), with_record=with_record).iterator(chunk_size=200)

@@ -1,4 +1,5 @@
-"""What the console's filter forms share: server and tool chosen from the catalog."""
+"""What the console's filter forms share: server and tool chosen from the catalog, and how a form's errors
+are said."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class CatalogFilter(forms.Form):
         server.choices = [("", "any server"), *((s, s) for s in servers)]
         tool.choices = [("", "any tool"), *((t, t) for t in tools)]
 
-    def problems(self) -> list[str]:
-        """Each invalid filter and why, for the page to say instead of listing (or exporting) everything."""
-        return [f"{name}: {' '.join(map(str, errors))}" for name, errors in self.errors.items()]
+
+def form_problems(form: forms.Form) -> list[str]:
+    """Each invalid field and why, as the pages say it (instead of listing or exporting everything, or as
+    messages beside a review form)."""
+    return [f"{name}: {' '.join(map(str, errors))}" for name, errors in form.errors.items()]

@@ -23,6 +23,7 @@ from console.errors import ServiceError
 from console.services.claims import claim_release, claim_take
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, role_required
+from console.web.filters import form_problems
 from console.web.requests import SignedInRequest, render_partial
 
 QUEUE = "console/review/queue.html"
@@ -94,5 +95,5 @@ def _refused(
     request: SignedInRequest, template: str, form: review_queue.QueueFilter | review_queue.DecidedFilter
 ) -> HttpResponse:
     page = review_queue.QueuePage([], {}, 0, 1, 1)
-    context = {"form": form, "page": page, "problems": form.problems()}
+    context = {"form": form, "page": page, "problems": form_problems(form)}
     return render(request, template, context, status=400)

@@ -37,6 +37,7 @@ from console.services.review import (
 )
 from console.web import review_queue
 from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
+from console.web.filters import form_problems
 from console.web.requests import SignedInRequest, render_partial
 from console.web.review_rows import (
     Context,
@@ -324,8 +325,8 @@ def _label(execution: models.Execution, slot_key: str) -> str:
 
 def _invalid(request: SignedInRequest, form: forms.Form) -> bool:
     """Whether `form` is invalid; its errors become messages on the page."""
-    for field, errors in form.errors.items():
-        messages.error(request, f"{field}: {' '.join(map(str, errors))}")
+    for problem in form_problems(form):
+        messages.error(request, problem)
     return bool(form.errors)
 
 
