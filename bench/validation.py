@@ -6,8 +6,8 @@
 Every tool of the shared catalogs gives one valid payload (the grounded request's arguments, as
 bench/engine.py builds them) and up to two invalid ones (a required argument left out, the first argument
 given the wrong type). Per payload, each validator answers "is it valid?" and, for an invalid payload, lists
-its errors, as the engine does. Validators are built once per schema, outside the timing. jsonschema-rs is
-optional (not a dependency): `pip install --target DIR jsonschema-rs` and put DIR on PYTHONPATH.
+its errors, as the engine does. Validators are built once per schema, outside the timing. PayloadValidator
+asks jsonschema-rs first and jsonschema for every refusal and message; "jsonschema-rs" is it alone.
 
 Also printed: whether jsonschema-rs gives the same verdicts and the same error messages as jsonschema, which
 write the messages records show.

@@ -1,19 +1,20 @@
-"""Payload validation: a compiled fast path for the common schema subset, jsonschema as the authority.
+"""Payload validation: jsonschema is the authority, jsonschema-rs answers "valid" quickly where it can.
 
-Tool schemas are mostly flat objects of typed scalars. For those, a validator compiled into closures
-answers without jsonschema's overhead. Any keyword outside the subset makes the whole schema fall back to
-jsonschema, and a payload the fast path rejects is always re-checked by jsonschema, which also writes the
-error messages. The fast path can therefore only ever be asked "is this valid?" on schemas it fully
-understands; property tests compare it with jsonschema.
+jsonschema writes every error message (records show them) and decides every payload jsonschema-rs does not
+accept. jsonschema-rs is only asked about schemas on which the two cannot disagree (see _DIVERGING), with
+jsonschema's own format checks, so it can make a valid payload's answer faster but never change an answer;
+property tests compare the answers with jsonschema's.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
+from decimal import Decimal
+from functools import cache, partial
 from typing import Any
 
 import jsonschema
+import jsonschema_rs
 from jsonschema.validators import validator_for
 from referencing import Registry
 from referencing.exceptions import Unresolvable
@@ -26,35 +27,16 @@ __all__ = ["NO_RETRIEVAL", "PayloadValidator", "same_json"]
 # network (jsonschema's default would open the URL: a tool definition must not make the gate call out).
 NO_RETRIEVAL: Registry[Any] = Registry()
 
-Check = Callable[[Any], bool]
-
-_ANNOTATIONS = frozenset(
-    {
-        "title",
-        "description",
-        "default",
-        "examples",
-        "$comment",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "$schema",
-        "$id",
-        "optional",
-        "x-preflight",
-    }
-)
-_FAST_DRAFTS = (
-    jsonschema.Draft202012Validator,
-    jsonschema.Draft201909Validator,
-    jsonschema.Draft7Validator,
-    jsonschema.Draft6Validator,
-)
-
-
-class _Unsupported(Exception):
-    pass
-
+_RUST = {
+    jsonschema.Draft202012Validator: jsonschema_rs.Draft202012Validator,
+    jsonschema.Draft201909Validator: jsonschema_rs.Draft201909Validator,
+    jsonschema.Draft7Validator: jsonschema_rs.Draft7Validator,
+    jsonschema.Draft6Validator: jsonschema_rs.Draft6Validator,
+}
+# Keywords on which jsonschema-rs can accept what jsonschema refuses: its regexes are not Python's re
+# (`^\W$` takes "é"), multipleOf is exact where jsonschema's float division is not (0.3 of 0.1), and
+# references are left to jsonschema's registry (never retrieved, loops caught).
+_DIVERGING = frozenset({"pattern", "patternProperties", "multipleOf", "$ref", "$dynamicRef", "$recursiveRef"})
 
 # Draft 2019-09 split `dependencies` into dependentRequired / dependentSchemas and dropped it; schemas written
 # for earlier drafts still use it without saying so, and the materializer reads it as dependentRequired.
@@ -72,22 +54,18 @@ class PayloadValidator:
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        checking = _COMPATIBLE.get(cls, cls) if "dependencies" in _keys(schema) else cls
+        keys = _keys(schema)
+        checking = _COMPATIBLE.get(cls, cls) if "dependencies" in keys else cls
         self.slow = checking(schema, format_checker=cls.FORMAT_CHECKER, registry=NO_RETRIEVAL)
-        self.fast: Check | None = None
-        self.formats: jsonschema.FormatChecker | None = cls.FORMAT_CHECKER if cls in _FAST_DRAFTS else None
-        # Compiled checks of parts of the schema (a property's), by the part's identity: see value_errors.
-        self.parts: dict[int, tuple[Mapping[str, Any], Check | None]] = {}
-        if cls in _FAST_DRAFTS:
-            try:
-                self.fast = _compile(schema, cls.FORMAT_CHECKER)
-            except _Unsupported:
-                self.fast = None
+        self.dialect = cls
+        self.rust = _rust(cls, schema, keys)
+        # jsonschema-rs validators of parts of the schema (a property's), by identity (value_errors).
+        self.parts: dict[int, tuple[Mapping[str, Any], jsonschema_rs.Validator | None]] = {}
 
     def is_valid(self, instance: Any) -> bool:
         """False, too, for a schema whose references cannot be followed (located_errors and value_errors
         raise SchemaUnusable for it)."""
-        if self.fast is not None and self.fast(instance):
+        if _accepts(self.rust, instance):
             return True
         try:
             return bool(self.slow.is_valid(instance))
@@ -124,19 +102,15 @@ class PayloadValidator:
     def value_errors(self, schema: Mapping[str, Any], value: Any, *, kept: bool = False) -> list[str]:
         """What `schema`, a part of this tool's schema, refuses in `value`; local `$ref`s resolve against the
         whole schema, and formats are checked as for the payload. `kept`: `schema` lives as long as this
-        validator (a compiled plan's property), so its fast check is compiled once and kept."""
-        if kept and self.formats is not None:
+        validator (a compiled plan's property), so its jsonschema-rs validator is built once and kept."""
+        if kept:
             entry = self.parts.get(id(schema))
             if entry is None or entry[0] is not schema:
-                try:
-                    check: Check | None = _compile(schema, self.formats)
-                except _Unsupported:
-                    check = None
-                entry = (schema, check)
+                entry = (schema, _rust(self.dialect, schema, _keys(schema)))
                 if len(self.parts) >= 1024:
                     self.parts.clear()  # plans recompiled over a long run: their old parts go
                 self.parts[id(schema)] = entry
-            if entry[1] is not None and entry[1](value):
+            if _accepts(entry[1], value):
                 return []
         sub = self.slow.evolve(schema=schema)
         return [e.message for e in sorted(_iter_errors(sub, value), key=lambda e: [str(p) for p in e.path])]
@@ -149,6 +123,49 @@ def _iter_errors(validator: Any, instance: Any) -> list[jsonschema.ValidationErr
         raise SchemaUnusable(f"the schema has a reference nothing here resolves ({exc.ref})") from None
     except RecursionError:
         raise SchemaUnusable("the schema's references loop without end") from None
+
+
+def _rust(cls: Any, schema: Any, keys: set[str]) -> jsonschema_rs.Validator | None:
+    """A jsonschema-rs validator that agrees with jsonschema on `schema` (`keys`: _keys(schema)), or None
+    where it might not."""
+    if cls not in _RUST or not _DIVERGING.isdisjoint(keys):
+        return None
+    try:
+        return _RUST[cls](schema, formats=_formats(cls), validate_formats=True, retriever=_no_retrieval)
+    except Exception:  # a schema jsonschema-rs will not build: jsonschema alone
+        return None
+
+
+def _accepts(rust: jsonschema_rs.Validator | None, instance: Any) -> bool:
+    try:
+        return rust is not None and _plain(instance) and rust.is_valid(instance)
+    except Exception:  # a value it cannot read (a non-str key, a lone surrogate): jsonschema decides
+        return False
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """No tuple or Decimal inside: jsonschema-rs reads them as an array and a number, jsonschema does not."""
+    if type(value) in _SCALARS:
+        return True
+    if isinstance(value, dict | list):
+        for item in value.values() if isinstance(value, dict) else value:
+            if type(item) not in _SCALARS and not _plain(item):
+                return False
+        return True
+    return not isinstance(value, tuple | Decimal)
+
+
+@cache
+def _formats(cls: Any) -> dict[str, Callable[[str], bool]]:
+    """jsonschema's own format checks, so both reach the same format verdicts."""
+    return {name: partial(cls.FORMAT_CHECKER.conforms, format=name) for name in cls.FORMAT_CHECKER.checkers}
+
+
+def _no_retrieval(uri: str) -> Any:
+    raise ValueError(f"not retrieved: {uri}")
 
 
 def _keys(schema: Any) -> set[str]:
@@ -169,17 +186,6 @@ def _is_number(x: Any) -> bool:
     return (type(x) is int or type(x) is float) and x is not True and x is not False
 
 
-_TYPES: dict[str, Check] = {
-    "string": lambda x: type(x) is str,
-    "integer": lambda x: type(x) is int or (type(x) is float and x.is_integer()),
-    "number": _is_number,
-    "boolean": lambda x: type(x) is bool,
-    "object": lambda x: type(x) is dict,
-    "array": lambda x: type(x) is list,
-    "null": lambda x: x is None,
-}
-
-
 def same_json(a: Any, b: Any) -> bool:
     """Equal as JSON values: 1 and 1.0 are, 1 and True are not."""
     if type(a) is bool or type(b) is bool:
@@ -193,109 +199,3 @@ def same_json(a: Any, b: Any) -> bool:
     if type(a) is dict:
         return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     return bool(a == b)
-
-
-def _compile(schema: Any, formats: jsonschema.FormatChecker) -> Check:
-    if schema is True or schema == {}:
-        return lambda x: True
-    if schema is False:
-        return lambda x: False
-    if not isinstance(schema, Mapping):
-        raise _Unsupported
-    checks: list[Check] = []
-    for key, value in schema.items():
-        if key in _ANNOTATIONS:
-            continue
-        checks.append(_keyword(key, value, schema, formats))
-    if len(checks) == 1:
-        return checks[0]
-
-    def check(x: Any) -> bool:
-        # a plain loop: measurably cheaper than all() over a generator on this hot path
-        for c in checks:  # noqa: SIM110
-            if not c(x):
-                return False
-        return True
-
-    return check
-
-
-def _keyword(key: str, value: Any, schema: Mapping[str, Any], formats: jsonschema.FormatChecker) -> Check:
-    if key == "type":
-        names = [value] if isinstance(value, str) else value
-        if not isinstance(names, list) or any(n not in _TYPES for n in names):
-            raise _Unsupported
-        tests = [_TYPES[n] for n in names]
-        if len(tests) == 1:
-            return tests[0]
-        return lambda x: any(t(x) for t in tests)
-    if key == "properties":
-        compiled = tuple((name, _compile(sub, formats)) for name, sub in value.items())
-
-        def properties(x: Any) -> bool:
-            if type(x) is not dict:
-                return True
-            for name, c in compiled:  # noqa: SIM110  (a plain loop, as in check() above)
-                if name in x and not c(x[name]):
-                    return False
-            return True
-
-        return properties
-    if key == "required":
-        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
-            raise _Unsupported
-        names = frozenset(value)
-        return lambda x: type(x) is not dict or names <= x.keys()
-    if key == "additionalProperties":
-        known = set(schema.get("properties") or {})
-        if "patternProperties" in schema:
-            raise _Unsupported
-        extra = _compile(value, formats)
-        return lambda x: type(x) is not dict or all(extra(v) for k, v in x.items() if k not in known)
-    if key == "items":
-        if not isinstance(value, Mapping | bool) or "prefixItems" in schema:
-            raise _Unsupported
-        item = _compile(value, formats)
-        return lambda x: type(x) is not list or all(item(v) for v in x)
-    if key == "enum":
-        options = list(value)
-        return lambda x: any(same_json(x, o) for o in options)
-    if key == "const":
-        return lambda x: same_json(x, value)
-    if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        if not _is_number(value):
-            raise _Unsupported
-        compare: Callable[[Any], bool] = {
-            "minimum": lambda x: x >= value,
-            "maximum": lambda x: x <= value,
-            "exclusiveMinimum": lambda x: x > value,
-            "exclusiveMaximum": lambda x: x < value,
-        }[key]
-        return lambda x: not _is_number(x) or compare(x)
-    if key in ("minLength", "maxLength", "minItems", "maxItems"):
-        bound, sized = int(value), str if key.endswith("Length") else list
-        if key.startswith("min"):
-            return lambda x: type(x) is not sized or len(x) >= bound
-        return lambda x: type(x) is not sized or len(x) <= bound
-    if key == "pattern":
-        try:
-            regex = re.compile(value)
-        except re.error:
-            raise _Unsupported from None
-        return lambda x: type(x) is not str or regex.search(x) is not None
-    if key == "format":
-        if not isinstance(value, str):
-            raise _Unsupported
-        if value not in formats.checkers:
-            return lambda x: True  # an unknown format is an annotation
-        # FormatChecker.conforms without its per-call lookup and its FormatError on every failure.
-        func, raises = formats.checkers[value]
-
-        def conforms(x: Any) -> bool:
-            try:
-                return bool(func(x))
-            except raises:
-                return False
-
-        return conforms
-    raise _Unsupported
