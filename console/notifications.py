@@ -96,10 +96,6 @@ def review_policy_set(
     return row
 
 
-def review_url(execution_id: Any) -> str:
-    return settings.PREFLIGHT_PUBLIC_URL + reverse("review-execution", args=[execution_id])
-
-
 def hold_message(execution: models.Execution, record: models.PreflightRecord) -> dict[str, Any]:
     """What a notification says: the call in its one line (the queue's summary), which tool, why it waits,
     and where to decide (absolute URL)."""
@@ -107,7 +103,7 @@ def hold_message(execution: models.Execution, record: models.PreflightRecord) ->
     call = f"{data.get('tool') or 'a tool'} on {data.get('server') or 'an unknown server'}"
     summary = execution.summary or call
     why = "; ".join(data.get("reasons") or ()) or "it waits for an approver"
-    url = review_url(execution.pk)
+    url = settings.PREFLIGHT_PUBLIC_URL + reverse("review-execution", args=[execution.pk])
     deadline = f" Decide before {when_text(execution.expires_at)}." if execution.expires_at else ""
     return {
         "text": f"Preflight: {summary} ({call}) waits for a decision ({why}).{deadline} {url}",
