@@ -252,18 +252,6 @@ def run_through_gateway(report: Callable[[Outcome], None], env: Mapping[str, str
     anyio.run(_drive, gateway_params(env), scenarios(datetime.now(UTC)), report)
 
 
-def lookup_in_flight() -> Scenario:
-    return Scenario(
-        "a balance lookup still in flight",
-        "transfer_funds",
-        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": 80},
-        f"Send 80 EUR from {ALICE_SAVINGS} to {BOB} now.",
-        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": "80"},
-        "Send",
-        {"mode": "immediate", "said": "now"},
-    )
-
-
 def run_lookup_in_flight(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
     """Through a gateway whose lookups go to an in-memory queue no worker reads: the call waits, then says
     the lookups are still running, and the execution stays at `measure`."""
@@ -272,4 +260,13 @@ def run_lookup_in_flight(report: Callable[[Outcome], None], env: Mapping[str, st
         "PREFLIGHT_EAGER_TASKS": "0",
         "REDIS_URL": "memory://",
     }
-    anyio.run(_drive, gateway_params(queued), [lookup_in_flight()], report, "legacy")
+    in_flight = Scenario(
+        "a balance lookup still in flight",
+        "transfer_funds",
+        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": 80},
+        f"Send 80 EUR from {ALICE_SAVINGS} to {BOB} now.",
+        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": "80"},
+        "Send",
+        {"mode": "immediate", "said": "now"},
+    )
+    anyio.run(_drive, gateway_params(queued), [in_flight], report, "legacy")
