@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from console import models, storage
-from console.selectors.catalog import pretty_json
+from console.selectors.catalog import json_diff
 from preflight import (
     Answer,
     ContractError,
@@ -107,16 +106,12 @@ def sidecar_check(
     obligations = _obligations(draft, sample)
     gaps_now = {o["key"] for o in current if o["gap"] == "provider_gap"}
     gaps_after = {o["key"] for o in obligations if o["gap"] == "provider_gap"}
-    diff = difflib.unified_diff(
-        pretty_json(sidecar_of(row)).splitlines(keepends=True),
-        pretty_json(extension).splitlines(keepends=True),
-        fromfile=f"{row.name}@{row.digest[7:19]} x-preflight",
-        tofile="draft x-preflight",
-    )
+    where = f"{row.name}@{row.digest[7:19]} x-preflight"
+    diff = json_diff(sidecar_of(row), extension, fromfile=where, tofile="draft x-preflight")
     return replace(
         refused,
         obligations=obligations,
-        diff="".join(diff),
+        diff=diff,
         variables=[*variables, *(f"measure.{m}" for m in sorted(draft.extension.measures or {}))],
         resolves=sorted(gaps_now - gaps_after),
     )
