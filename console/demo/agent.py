@@ -26,6 +26,7 @@ from mcp import Client, StdioServerParameters
 
 from console.demo import home
 from console.demo.bank import OPENING_BALANCES
+from console.demo.review_data import span
 from console.gateway.server import (
     CONFIRM_FIELD,
     META_ACTION,
@@ -39,11 +40,6 @@ from console.gateway.server import (
 REQUESTER = "user:requester"
 ALICE_MAIN, ALICE_SAVINGS, BOB = list(OPENING_BALANCES)
 REPO = Path(__file__).resolve().parents[2]
-
-
-def span(text: str, part: str) -> dict[str, int]:
-    start = text.index(part)
-    return {"turn": 0, "start": start, "end": start + len(part)}
 
 
 @dataclass
