@@ -74,7 +74,6 @@ def review_policy_set(
             raise BadInput("invalid", exc.detail) from None
     if deadline_s is not None and deadline_s < 1:
         raise BadInput("invalid", "deadline: a number of minutes above 0, or empty for no deadline")
-    who = identity(user)
     models.ReviewPolicy.objects.filter(server=server, tool=tool).delete()
     row = None
     if addresses or webhook_url or deadline_s is not None:
@@ -90,14 +89,10 @@ def review_policy_set(
             "emails": addresses,
             "webhook_url": webhook_url,
             "deadline_s": deadline_s,
-            "actor": who,
+            "actor": identity(user),
         },
     )
     return row
-
-
-def review_url(execution_id: Any) -> str:
-    return settings.PREFLIGHT_PUBLIC_URL + reverse("review-execution", args=[execution_id])
 
 
 def hold_message(execution: models.Execution, record: models.PreflightRecord) -> dict[str, Any]:
@@ -107,7 +102,7 @@ def hold_message(execution: models.Execution, record: models.PreflightRecord) ->
     call = f"{data.get('tool') or 'a tool'} on {data.get('server') or 'an unknown server'}"
     summary = execution.summary or call
     why = "; ".join(data.get("reasons") or ()) or "it waits for an approver"
-    url = review_url(execution.pk)
+    url = settings.PREFLIGHT_PUBLIC_URL + reverse("review-execution", args=[execution.pk])
     deadline = f" Decide before {when_text(execution.expires_at)}." if execution.expires_at else ""
     return {
         "text": f"Preflight: {summary} ({call}) waits for a decision ({why}).{deadline} {url}",
@@ -145,6 +140,8 @@ def hold_notify(*, execution_id: Any) -> list[models.Notification]:
     targets = [("email", e) for e in policy.emails] + (
         [("webhook", policy.webhook_url)] * bool(policy.webhook_url)
     )
+    from console import tasks
+
     made = []
     for channel, target in targets:
         row, created = models.Notification.objects.get_or_create(
@@ -152,11 +149,8 @@ def hold_notify(*, execution_id: Any) -> list[models.Notification]:
         )
         if created:
             made.append(row)
-    from console import tasks
-
-    for row in made:
-        # Robust: a broker that is away fails no decision; the sweep sends what stayed pending.
-        transaction.on_commit(partial(tasks.notification_send.delay, row.pk), robust=True)
+            # Robust: a broker that is away fails no decision; the sweep sends what stayed pending.
+            transaction.on_commit(partial(tasks.notification_send.delay, row.pk), robust=True)
     return made
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import time
 from typing import Any
 
@@ -230,12 +231,10 @@ class ExecutionDetailView(APIView):
 
 
 def _wait_seconds(raw: str | None) -> float:
-    if raw is None or raw == "":
-        return 0.0
     try:
-        wait = float(raw)
+        wait = float(raw or 0)
     except ValueError:
-        raise BadInput("invalid", f"wait: a number of seconds from 0 to {MAX_WAIT_S:g}") from None
+        wait = math.nan
     if not 0 <= wait <= MAX_WAIT_S:
         raise BadInput("invalid", f"wait: a number of seconds from 0 to {MAX_WAIT_S:g}")
     return wait

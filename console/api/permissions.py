@@ -32,10 +32,6 @@ def operator_username(user_id: Any) -> str | None:
     return next(iter(users.values_list("username", flat=True)[:1]), None)
 
 
-def operator_holds_role(user_id: Any) -> bool:
-    return operator_username(user_id) is not None
-
-
 class IsAgent(BasePermission):
     """An agent's token. An operator token is refused here: a person's credential is not an agent's, and an
     execution submitted with it would be attributed to no agent."""

@@ -54,6 +54,13 @@ def tool_definition(spec: Mapping[str, Any], extension: Mapping[str, Any] | None
     return types.Tool.model_validate(data)
 
 
+def demo_tools(
+    specs: Mapping[str, Mapping[str, Any]], extensions: Mapping[str, Any], *handlers: Handler
+) -> list[DemoTool]:
+    """Each handler as the tool of its name, with the side-car extension declared for it, if any."""
+    return [DemoTool(tool_definition(specs[h.__name__], extensions.get(h.__name__)), h) for h in handlers]
+
+
 def _text_result(payload: Mapping[str, Any], *, is_error: bool) -> types.CallToolResult:
     text = json.dumps(payload, sort_keys=True)
     return types.CallToolResult(

@@ -26,6 +26,7 @@ from mcp import Client, StdioServerParameters
 
 from console.demo import home
 from console.demo.bank import OPENING_BALANCES
+from console.demo.review_data import span
 from console.gateway.server import (
     CONFIRM_FIELD,
     META_ACTION,
@@ -39,11 +40,6 @@ from console.gateway.server import (
 REQUESTER = "user:requester"
 ALICE_MAIN, ALICE_SAVINGS, BOB = list(OPENING_BALANCES)
 REPO = Path(__file__).resolve().parents[2]
-
-
-def span(text: str, part: str) -> dict[str, int]:
-    start = text.index(part)
-    return {"turn": 0, "start": start, "end": start + len(part)}
 
 
 @dataclass
@@ -252,18 +248,6 @@ def run_through_gateway(report: Callable[[Outcome], None], env: Mapping[str, str
     anyio.run(_drive, gateway_params(env), scenarios(datetime.now(UTC)), report)
 
 
-def lookup_in_flight() -> Scenario:
-    return Scenario(
-        "a balance lookup still in flight",
-        "transfer_funds",
-        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": 80},
-        f"Send 80 EUR from {ALICE_SAVINGS} to {BOB} now.",
-        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": "80"},
-        "Send",
-        {"mode": "immediate", "said": "now"},
-    )
-
-
 def run_lookup_in_flight(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
     """Through a gateway whose lookups go to an in-memory queue no worker reads: the call waits, then says
     the lookups are still running, and the execution stays at `measure`."""
@@ -272,4 +256,13 @@ def run_lookup_in_flight(report: Callable[[Outcome], None], env: Mapping[str, st
         "PREFLIGHT_EAGER_TASKS": "0",
         "REDIS_URL": "memory://",
     }
-    anyio.run(_drive, gateway_params(queued), [lookup_in_flight()], report, "legacy")
+    in_flight = Scenario(
+        "a balance lookup still in flight",
+        "transfer_funds",
+        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": 80},
+        f"Send 80 EUR from {ALICE_SAVINGS} to {BOB} now.",
+        {"from_account": ALICE_SAVINGS, "to_account": BOB, "amount": "80"},
+        "Send",
+        {"mode": "immediate", "said": "now"},
+    )
+    anyio.run(_drive, gateway_params(queued), [in_flight], report, "legacy")

@@ -9,7 +9,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from console.demo._server import SIDECARS, DemoTool, Refused, main, tool_definition
+from console.demo._server import SIDECARS, DemoTool, Refused, demo_tools, main
 from preflight.sidecars import load_sidecar
 
 SERVER = "bank"
@@ -113,10 +113,7 @@ def make_tools() -> Sequence[DemoTool]:
         transfers.append(record)
         return record
 
-    return [
-        DemoTool(tool_definition(TOOL_SPECS["transfer_funds"], EXTENSIONS["transfer_funds"]), transfer_funds),
-        DemoTool(tool_definition(TOOL_SPECS["get_balance"], None), get_balance),
-    ]
+    return demo_tools(TOOL_SPECS, EXTENSIONS, transfer_funds, get_balance)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from console.demo._server import DemoTool, Refused, main, tool_definition
+from console.demo._server import DemoTool, Refused, demo_tools, main
 
 SERVER = "bookstore"
 
@@ -82,10 +82,7 @@ def make_tools() -> Sequence[DemoTool]:
         q = arguments["query"].lower()
         return {"books": [{"isbn": i, **b} for i, b in BOOKS.items() if q in b["title"].lower()]}
 
-    return [
-        DemoTool(tool_definition(TOOL_SPECS["order_book"], EXTENSIONS["order_book"]), order_book),
-        DemoTool(tool_definition(TOOL_SPECS["find_book"], None), find_book),
-    ]
+    return demo_tools(TOOL_SPECS, EXTENSIONS, order_book, find_book)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from console.demo._server import DemoTool, main, tool_definition
+from console.demo._server import DemoTool, demo_tools, main
 
 SERVER = "mail"
 
@@ -63,10 +63,7 @@ def make_tools() -> Sequence[DemoTool]:
     def delete_mailbox(arguments: dict[str, Any]) -> dict[str, Any]:
         return {"deleted": arguments["mailbox"]}
 
-    return [
-        DemoTool(tool_definition(TOOL_SPECS["send_email"], EXTENSIONS["send_email"]), send_email),
-        DemoTool(tool_definition(TOOL_SPECS["delete_mailbox"], None), delete_mailbox),
-    ]
+    return demo_tools(TOOL_SPECS, EXTENSIONS, send_email, delete_mailbox)
 
 
 if __name__ == "__main__":

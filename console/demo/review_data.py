@@ -16,9 +16,7 @@ from console.services.catalog import catalog_import
 from console.services.executions import execution_create
 from console.services.measures import measure_create
 
-ALICE_MAIN = "DE89370400440532013000"
-ALICE_SAVINGS = "DE75512108001245126199"
-BOB = "DE02120300000000202051"
+ALICE_MAIN, ALICE_SAVINGS, BOB = list(bank.OPENING_BALANCES)
 
 
 def register_bank() -> None:
@@ -33,9 +31,10 @@ def register_bank() -> None:
     measure_create(name="bank.balance", kind="python", timeout_s=2, actor="demo")
 
 
-def span(text: str, part: str, turn: int = 0) -> dict[str, int]:
+def span(text: str, part: str) -> dict[str, int]:
+    """The pointer to `part` of the conversation's first turn, `text`."""
     start = text.index(part)
-    return {"turn": turn, "start": start, "end": start + len(part)}
+    return {"turn": 0, "start": start, "end": start + len(part)}
 
 
 def transfer_request(

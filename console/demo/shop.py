@@ -9,7 +9,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from console.demo._server import SIDECARS, DemoTool, Refused, main, tool_definition
+from console.demo._server import SIDECARS, DemoTool, Refused, demo_tools, main
 from preflight.sidecars import load_sidecar
 
 SERVER = "shop"
@@ -108,10 +108,7 @@ def make_tools() -> Sequence[DemoTool]:
         orders.append(record)
         return record
 
-    return [
-        DemoTool(tool_definition(TOOL_SPECS["place_order"], EXTENSIONS["place_order"]), place_order),
-        DemoTool(tool_definition(TOOL_SPECS["get_stock"], None), get_stock),
-    ]
+    return demo_tools(TOOL_SPECS, EXTENSIONS, place_order, get_stock)
 
 
 if __name__ == "__main__":

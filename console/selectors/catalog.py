@@ -18,16 +18,18 @@ def pretty_json(value: Any) -> str:
     return json.dumps(json.loads(canonical_json(value)), indent=2, sort_keys=True, ensure_ascii=False)
 
 
+def json_diff(old: Any, new: Any, *, fromfile: str, tofile: str) -> str:
+    """A unified diff of two JSON values, each as `pretty_json` prints it."""
+    a, b = (pretty_json(value).splitlines(keepends=True) for value in (old, new))
+    return "".join(difflib.unified_diff(a, b, fromfile=fromfile, tofile=tofile))
+
+
 def contract_diff(old: models.ToolContract, new: models.ToolContract) -> str:
-    a = pretty_json({"annotations_trusted": old.annotations_trusted, "definition": old.definition})
-    b = pretty_json({"annotations_trusted": new.annotations_trusted, "definition": new.definition})
-    return "".join(
-        difflib.unified_diff(
-            a.splitlines(keepends=True),
-            b.splitlines(keepends=True),
-            fromfile=f"{old.name}@{old.digest[7:19]}",
-            tofile=f"{new.name}@{new.digest[7:19]}",
-        )
+    return json_diff(
+        {"annotations_trusted": old.annotations_trusted, "definition": old.definition},
+        {"annotations_trusted": new.annotations_trusted, "definition": new.definition},
+        fromfile=f"{old.name}@{old.digest[7:19]}",
+        tofile=f"{new.name}@{new.digest[7:19]}",
     )
 
 

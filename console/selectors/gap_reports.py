@@ -30,25 +30,26 @@ REPORTABLE_CLASSES = ("provider_gap",)
 MAX_EVIDENCE_IDS = 100
 
 
+# A provider gap's kind by its slot key's prefix, and the kind of each other class.
+_PROVIDER_KINDS = (
+    ("label:", "malformed label"),
+    ("cond:prose-", "undeclared condition"),
+    ("schema:", "missing schema"),
+)
+_KINDS = {
+    "implementation_gap": "unsupported schema",
+    "user_gap": "not said by the user",
+    "source_gap": "no source had a value",
+}
+
+
 def gap_kind(cls: str, slot: str) -> str:
     """The finer cause of a gap, read off its slot key (what the provider would have to change)."""
-    if cls == "provider_gap":
-        if slot.startswith("label:"):
-            return "malformed label"
-        if slot.startswith("cond:prose-"):
-            return "undeclared condition"
-        if slot.startswith("schema:"):
-            return "missing schema"
-        if slot == "fixed:intended_change":
-            return "undeclared state change"
-        return "other"
-    if cls == "implementation_gap":
-        return "unsupported schema"
-    if cls == "user_gap":
-        return "not said by the user"
-    if cls == "source_gap":
-        return "no source had a value"
-    return cls
+    if cls != "provider_gap":
+        return _KINDS.get(cls, cls)
+    if slot == "fixed:intended_change":
+        return "undeclared state change"
+    return next((kind for prefix, kind in _PROVIDER_KINDS if slot.startswith(prefix)), "other")
 
 
 _ASKS = {
@@ -188,10 +189,6 @@ def report_json(report: models.GapReport) -> dict[str, Any]:
     }
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def report_markdown(report: models.GapReport) -> str:
     data = report_json(report)
     ev = data["evidence"]
@@ -221,15 +218,14 @@ def report_markdown(report: models.GapReport) -> str:
     ]
     if ev.get("details"):
         lines += ["Details as recorded:", ""]
-        lines += [f"- {_md_escape(d)}" for d in ev["details"]]
+        lines += ["- " + d.replace("|", "\\|").replace("\n", " ") for d in ev["details"]]
         lines.append("")
     refs = ev.get("record_refs") or []
     if refs:
         lines += ["| execution | record | record digest |", "|---|---|---|"]
         lines += [f"| `{r['execution']}` | #{r['seq']} | `{r['record_digest']}` |" for r in refs]
         if ev.get("records", 0) > len(refs):
-            lines.append("")
-            lines.append(f"(the {len(refs)} most recent of {ev['records']} records)")
+            lines += ["", f"(the {len(refs)} most recent of {ev['records']} records)"]
         lines.append("")
     if report.notes:
         lines += ["## Notes", "", report.notes, ""]

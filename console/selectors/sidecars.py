@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.utils import timezone
 
 from console import models, storage
-from console.selectors.catalog import pretty_json
+from console.selectors.catalog import json_diff
 from preflight import (
     Answer,
     ContractError,
@@ -92,42 +91,29 @@ def sidecar_check(
     sample = sample or {}
     base = {k: v for k, v in row.definition.items() if k != "x-preflight"}
     raw = contract_from_mcp(row.server.name, base, annotations_trusted=row.annotations_trusted)
-    current_contract = storage.engine_contract(row)
-    current = _obligations(current_contract, sample)
-    old = pretty_json(sidecar_of(row))
+    current = _obligations(storage.engine_contract(row), sample)
     variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sorted(sidecar_arguments(row)))]
+    # A draft that builds no contract shows its problem beside the current version's obligations.
+    refused = SidecarCheck(extension, problem, "", [], current, "", variables, raw.prose_conditions, [])
     if problem:
-        return SidecarCheck(extension, problem, "", [], current, "", variables, raw.prose_conditions, [])
+        return refused
     try:
         draft = contract_from_mcp(
             row.server.name, base, annotations_trusted=row.annotations_trusted, extension=extension
         )
     except ContractError as exc:
-        return SidecarCheck(
-            extension, exc.reason, exc.path, [], current, "", variables, raw.prose_conditions, []
-        )
-    variables += [f"measure.{m}" for m in sorted(draft.extension.measures or {})]
+        return replace(refused, problem=exc.reason, where=exc.path)
     obligations = _obligations(draft, sample)
     gaps_now = {o["key"] for o in current if o["gap"] == "provider_gap"}
     gaps_after = {o["key"] for o in obligations if o["gap"] == "provider_gap"}
-    diff = "".join(
-        difflib.unified_diff(
-            old.splitlines(keepends=True),
-            pretty_json(extension).splitlines(keepends=True),
-            fromfile=f"{row.name}@{row.digest[7:19]} x-preflight",
-            tofile="draft x-preflight",
-        )
-    )
-    return SidecarCheck(
-        extension,
-        "",
-        "",
-        obligations,
-        current,
-        diff,
-        variables,
-        raw.prose_conditions,
-        sorted(gaps_now - gaps_after),
+    where = f"{row.name}@{row.digest[7:19]} x-preflight"
+    diff = json_diff(sidecar_of(row), extension, fromfile=where, tofile="draft x-preflight")
+    return replace(
+        refused,
+        obligations=obligations,
+        diff=diff,
+        variables=[*variables, *(f"measure.{m}" for m in sorted(draft.extension.measures or {}))],
+        resolves=sorted(gaps_now - gaps_after),
     )
 
 

@@ -34,8 +34,9 @@ def approval_create(
 ) -> models.Approval:
     """A person's yes to the value of one slot as they saw it (by digest). Approvers cannot approve their own
     request, and an approval of a value that has since changed is refused rather than moved to the new one."""
+    who = identity(approver)
     execution = lock_execution(execution_id)
-    if execution.principal == f"user:{approver.get_username()}":
+    if execution.principal == who:
         raise Conflict("own_request", "an approver cannot approve an execution they requested")
     if _has_run(execution):
         raise Conflict("already_ran", "this execution already ran")
@@ -43,7 +44,7 @@ def approval_create(
     if is_user_yes_key(slot_key):
         raise Conflict("not_approvable", f"{slot_key}: the requesting user's to answer, not an approver's")
     editor = storage.editor_of(latest.record, slot_key)
-    if editor == f"user:{approver.get_username()}":
+    if editor == who:
         raise Conflict("four_eyes", f"{slot_key}: you edited this value; another approver has to approve it")
     approvable, value = storage.approval_value(latest.record, slot_key)
     if not approvable:
@@ -60,7 +61,7 @@ def approval_create(
         body={
             "slot": slot_key,
             "value_digest": current,
-            "approver": f"user:{approver.get_username()}",
+            "approver": who,
             "record_seq": latest.seq,
         },
     )

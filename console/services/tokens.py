@@ -44,16 +44,16 @@ def operator_token_create(*, name: str, username: str) -> tuple[models.AgentToke
     no role itself: every call checks that the user still holds the operator role (api/permissions.py)."""
     from django.contrib.auth import get_user_model
 
-    from console.api.permissions import operator_holds_role
+    from console.api.permissions import operator_username
 
     if not name:
         raise BadInput("invalid", "name: required, a non-empty string")
     user_model = get_user_model()
     try:
-        user = user_model.objects.get(**{user_model.USERNAME_FIELD: username})
+        user = user_model.objects.get_by_natural_key(username)
     except user_model.DoesNotExist:
         raise NotFound("unknown_user", f"no user {username!r}") from None
-    if not operator_holds_role(user.pk):
+    if operator_username(user.pk) is None:
         raise BadInput(
             "not_an_operator",
             f"{username} does not hold the operator role: manage.py grant_role {username} operator",

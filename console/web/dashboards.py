@@ -106,7 +106,7 @@ def read_filters(request: HttpRequest) -> tuple[Filters, forms.Form]:
         # Only the valid fields are cleaned: a bad value is shown as an error beside the filters, never a 500.
         form.is_valid()
         data.update(form.cleaned_data)
-    return Filters(int(data["days"] or 30), data["cls"] or "", data["server"] or "", data["tool"] or ""), form
+    return Filters(**data), form
 
 
 def dashboard_data(filters: Filters, *, now: datetime | None = None) -> dict[str, Any]:

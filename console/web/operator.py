@@ -16,7 +16,6 @@ from django.contrib import messages
 from django.db.models import Count, Max, Prefetch, Q
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console import models, notifications
@@ -34,7 +33,6 @@ from console.selectors.gap_reports import (
 )
 from console.selectors.rules import checklist_parts, rule_slots
 from console.selectors.sidecars import (
-    SidecarCheck,
     sidecar_arguments,
     sidecar_check,
     sidecar_export,
@@ -51,6 +49,7 @@ from console.services.gap_reports import gap_report_create, gap_report_set_statu
 from console.services.rules import RulesCheck, check_rules_text, next_version, ruleset_save
 from console.services.sidecars import SidecarSaved, sidecar_compose, sidecar_import, sidecar_save
 from console.web.access import has_role, role_required
+from console.web.filters import form_problems
 from console.web.requests import SignedInRequest, render_partial
 from preflight.canonical import digest
 
@@ -98,24 +97,20 @@ def gap_report_new(request: SignedInRequest) -> HttpResponse:
     except ServiceError as exc:
         return _error(request, "No such gap", exc.detail, status=404)
     problem = ""
-    if request.method == "POST":
-        form = GapReportForm(request.POST)
-        if form.is_valid():
-            try:
-                report = gap_report_create(**form.cleaned_data, user=request.user)
-            except ServiceError as exc:
-                problem = exc.detail
-            else:
-                return redirect("operator:gap-report", report.pk)
-    else:
-        form = GapReportForm(
-            initial={
-                **key,
-                "contract_digest": evidence.contract_digest,
-                "title": default_title(evidence),
-                "detail": evidence.details[0] if evidence.details else "",
-            }
-        )
+    initial = {
+        **key,
+        "contract_digest": evidence.contract_digest,
+        "title": default_title(evidence),
+        "detail": evidence.details[0] if evidence.details else "",
+    }
+    form = GapReportForm(request.POST if request.method == "POST" else None, initial=initial)
+    if form.is_valid():
+        try:
+            report = gap_report_create(**form.cleaned_data, user=request.user)
+        except ServiceError as exc:
+            problem = exc.detail
+        else:
+            return redirect("operator:gap-report", report.pk)
     if key["cls"] not in REPORTABLE_CLASSES:
         problem = problem or f"{key['cls']} is not sent to providers; only provider gaps are."
     open_reports = models.GapReport.objects.filter(
@@ -186,7 +181,7 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
         except ServiceError as exc:
             problem = exc.detail
     else:
-        problem = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
+        problem = "; ".join(form_problems(form))
     if not problem and not request.htmx:
         return redirect("operator:gap-report", report.pk)
     context = _report_context(request, report, problem)
@@ -277,25 +272,22 @@ def _import_result(request: SignedInRequest, result: Any) -> HttpResponse:
 def catalog_import(request: SignedInRequest) -> HttpResponse:
     problem: PastedCatalogError | None = None
     service_problem = ""
-    if request.method == "POST":
-        form = PastedImportForm(request.POST)
-        if form.is_valid():
-            try:
-                result = catalog_import_pasted(
-                    server=form.cleaned_data["server"],
-                    text=form.cleaned_data["tools"],
-                    # Unticked is "not asked", not "distrust": a re-import never drops trust silently.
-                    annotations_trusted=form.cleaned_data["annotations_trusted"] or None,
-                    user=request.user,
-                )
-            except PastedCatalogError as exc:
-                problem = exc
-            except ServiceError as exc:
-                service_problem = exc.detail
-            else:
-                return _import_result(request, result)
-    else:
-        form = PastedImportForm()
+    form = PastedImportForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            result = catalog_import_pasted(
+                server=form.cleaned_data["server"],
+                text=form.cleaned_data["tools"],
+                # Unticked is "not asked", not "distrust": a re-import never drops trust silently.
+                annotations_trusted=form.cleaned_data["annotations_trusted"] or None,
+                user=request.user,
+            )
+        except PastedCatalogError as exc:
+            problem = exc
+        except ServiceError as exc:
+            service_problem = exc.detail
+        else:
+            return _import_result(request, result)
     return render(
         request,
         "console/operator/catalog_import.html",
@@ -308,25 +300,22 @@ def catalog_import(request: SignedInRequest) -> HttpResponse:
 @operator_only
 def catalog_import_mcp(request: SignedInRequest) -> HttpResponse:
     problem = ""
-    if request.method == "POST":
-        form = McpImportForm(request.POST)
-        if form.is_valid():
-            d = form.cleaned_data
-            try:
-                connector = mcp_connector(kind=d["kind"], command=d["command"], url=d["url"])
-                result = catalog_import_from_mcp(
-                    server=d["server"],
-                    connector=connector,
-                    annotations_trusted=d["annotations_trusted"] or None,
-                    timeout_s=d["timeout_s"],
-                    user=request.user,
-                )
-            except ServiceError as exc:
-                problem = exc.detail
-            else:
-                return _import_result(request, result)
-    else:
-        form = McpImportForm()
+    form = McpImportForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        d = form.cleaned_data
+        try:
+            connector = mcp_connector(kind=d["kind"], command=d["command"], url=d["url"])
+            result = catalog_import_from_mcp(
+                server=d["server"],
+                connector=connector,
+                annotations_trusted=d["annotations_trusted"] or None,
+                timeout_s=d["timeout_s"],
+                user=request.user,
+            )
+        except ServiceError as exc:
+            problem = exc.detail
+        else:
+            return _import_result(request, result)
     return render(
         request,
         "console/operator/catalog_import_mcp.html",
@@ -339,8 +328,7 @@ def catalog_import_mcp(request: SignedInRequest) -> HttpResponse:
 @operator_only
 def server_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
-    context = {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server)}
-    return render_partial(request, "console/operator/server.html", context, "tools")
+    return render_partial(request, "console/operator/server.html", _server_page(server), "tools")
 
 
 class ReviewPolicyForm(forms.Form):
@@ -358,9 +346,10 @@ class ReviewPolicyForm(forms.Form):
     )
 
 
-def _policies(server: models.Server, form: ReviewPolicyForm | None = None) -> dict[str, Any]:
-    rows = models.ReviewPolicy.objects.filter(server=server).order_by("tool")
-    return {"policies": rows, "policy_form": form or ReviewPolicyForm()}
+def _server_page(server: models.Server, form: ReviewPolicyForm | None = None) -> dict[str, Any]:
+    page = {"server": server, "tools": _server_tools(server), "problem": ""}
+    policies = models.ReviewPolicy.objects.filter(server=server).order_by("tool")
+    return {**page, "policies": policies, "policy_form": form or ReviewPolicyForm()}
 
 
 @require_POST
@@ -387,8 +376,7 @@ def server_review_policy(request: SignedInRequest, pk: int) -> HttpResponse:
             which = data["tool"] or "every tool"
             messages.success(request, f"{server.name}: review policy for {which} saved.")
             return redirect("operator:server", server.pk)
-    context = {"server": server, "tools": _server_tools(server), "problem": "", **_policies(server, form)}
-    return render(request, "console/operator/server.html", context, status=422)
+    return render(request, "console/operator/server.html", _server_page(server, form), status=422)
 
 
 def _server_tools(
@@ -562,7 +550,7 @@ def rules_edit(request: SignedInRequest, name: str = "") -> HttpResponse:
                         request, f"Saved {saved.name}@{saved.version}; it applies from the next preflight on."
                     )
                     if not request.htmx:
-                        return redirect(reverse("operator:rules"))
+                        return redirect("operator:rules")
     else:
         if current is not None:
             data = dict(current.data)
@@ -631,7 +619,6 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
         raise Http404("an invalid definition has no contract to write a side-car for")
     current = sidecar_of(row)
     arguments = sidecar_arguments(row)
-    check: SidecarCheck | None = None
     problem = ""
     saved: SidecarSaved | None = None
     if request.method == "POST":
@@ -640,13 +627,12 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
         fields: dict[str, Any] = {
             k: form.cleaned_data.get(k) for k in ("state_change", "prose_reviewed", "notices")
         }
-        fields["slots"] = {
-            name: {
-                "confirm": request.POST.get(f"slot-{name}-confirm") == "on",
-                "question": (request.POST.get(f"slot-{name}-question") or "").strip(),
-            }
-            for name in arguments
+        post = request.POST
+        # Per argument, (confirm, question) as the page shows them: as posted, else as saved.
+        typed = {
+            n: (post.get(f"slot-{n}-confirm") == "on", post.get(f"slot-{n}-question", "")) for n in arguments
         }
+        fields["slots"] = {n: {"confirm": c, "question": q.strip()} for n, (c, q) in typed.items()}
         extension, compose_problem = sidecar_compose(text=form.cleaned_data.get("text", ""), fields=fields)
         try:
             sample = json.loads(form.cleaned_data.get("sample") or "{}")
@@ -672,7 +658,7 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
                     f"{len(saved.resolved_reports)} gap report(s) resolved, "
                     f"{len(saved.rechecked)} held execution(s) preflighted again.",
                 )
-                return redirect(reverse("operator:contract", args=[saved.contract.pk]))
+                return redirect("operator:contract", saved.contract.pk)
     else:
         text = json.dumps(current, indent=2, ensure_ascii=False) if current else "{}"
         form = SidecarForm(
@@ -683,29 +669,22 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
                 "text": text,
             }
         )
+        slots = current.get("slots") or {}
+        typed = {
+            name: (bool(slots.get(name, {}).get("confirm")), slots.get(name, {}).get("question", ""))
+            for name in arguments
+        }
         check = sidecar_check(row=row, extension=current)
-    slots = current.get("slots") or {}
     context = {
         "contract": row,
         "form": form,
         "check": check,
         "problem": problem,
         "saved": saved,
-        "draft": pretty_json(check.extension) if check and check.extension is not None else "",
-        "arguments": [
-            {
-                "name": name,
-                "confirm": request.POST.get(f"slot-{name}-confirm") == "on"
-                if request.method == "POST"
-                else bool(slots.get(name, {}).get("confirm")),
-                "question": request.POST.get(f"slot-{name}-question", "")
-                if request.method == "POST"
-                else slots.get(name, {}).get("question", ""),
-            }
-            for name in arguments
-        ],
+        "draft": pretty_json(check.extension) if check.extension is not None else "",
+        "arguments": [{"name": n, "confirm": c, "question": q} for n, (c, q) in typed.items()],
     }
-    invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
+    invalid = request.method == "POST" and (problem or not check.ok)
     status = 422 if invalid and not request.htmx else 200
     return render_partial(request, "console/operator/sidecar.html", context, "result", status=status)
 
@@ -715,9 +694,8 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
 def server_sidecar_export(request: SignedInRequest, pk: int) -> HttpResponse:
     server = get_object_or_404(models.Server, pk=pk)
     body = json.dumps(sidecar_export(server), indent=2, ensure_ascii=False) + "\n"
-    response = HttpResponse(body, content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="{server.name}.json"'
-    return response
+    attachment = {"Content-Disposition": f'attachment; filename="{server.name}.json"'}
+    return HttpResponse(body, content_type="application/json", headers=attachment)
 
 
 @require_POST
@@ -732,7 +710,7 @@ def server_sidecar_import(request: SignedInRequest, pk: int) -> HttpResponse:
     except ServiceError as exc:
         return _error(request, "Side-car not imported", exc.detail, status=422)
     messages.success(request, f"Imported the side-car: {len(result.tools)} tool(s) checked.")
-    return redirect(reverse("operator:server", args=[server.pk]))
+    return redirect("operator:server", server.pk)
 
 
 @require_GET
@@ -751,4 +729,4 @@ def tool_sidecar(request: SignedInRequest) -> HttpResponse:
     )
     if row is None:
         raise Http404("no current contract of that tool")
-    return redirect(reverse("operator:contract-sidecar", args=[row.pk]))
+    return redirect("operator:contract-sidecar", row.pk)

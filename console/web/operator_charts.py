@@ -79,9 +79,8 @@ def stacked_columns(
     order: Sequence[str],
     labels: Mapping[str, str],
     unit: str,
-    width: int = 1180,
-    height: int = 240,
 ) -> ColumnChart:
+    width, height = 1180, 240
     left, right, top, bottom = 40, 10, 10, 28
     plot_w, plot_h = width - left - right, height - top - bottom
     totals = [sum(series.get(c, [0] * len(days))[i] for c in order) for i in range(len(days))]
@@ -173,11 +172,9 @@ def stacked_bars(
     order: Sequence[str],
     labels: Mapping[str, str],
     unit: str,
-    width: int = 440,
-    label_w: int = 170,
-    row_h: int = 22,
 ) -> BarChart:
     """`rows`: (label, {class: count}, link or ""), drawn in the order given."""
+    width, label_w, row_h = 440, 170, 22
     plot_w = width - label_w - 50
     peak = max((sum(v.values()) for _, v, _ in rows), default=0)
     scale = plot_w / peak if peak else 0.0

@@ -1,10 +1,18 @@
 """Operator area: dashboards (operators and auditors), provider gap reports, catalog and rules."""
 
-from django.urls import path
+from django.urls import include, path
 
 from console.web import dashboards, operator
 
 app_name = "operator"
+
+server = [
+    path("", operator.server_detail, name="server"),
+    path("trust/", operator.server_trust, name="server-trust"),
+    path("review-policy/", operator.server_review_policy, name="server-review-policy"),
+    path("sidecar.json", operator.server_sidecar_export, name="server-sidecar-export"),
+    path("sidecar/import/", operator.server_sidecar_import, name="server-sidecar-import"),
+]
 
 urlpatterns = [
     path("dashboards/", dashboards.index, name="dashboards"),
@@ -16,24 +24,10 @@ urlpatterns = [
     path("catalog/", operator.catalog, name="catalog"),
     path("catalog/import/", operator.catalog_import, name="catalog-import"),
     path("catalog/import/mcp/", operator.catalog_import_mcp, name="catalog-import-mcp"),
-    path("catalog/servers/<int:pk>/", operator.server_detail, name="server"),
-    path("catalog/servers/<int:pk>/trust/", operator.server_trust, name="server-trust"),
-    path(
-        "catalog/servers/<int:pk>/review-policy/",
-        operator.server_review_policy,
-        name="server-review-policy",
-    ),
+    path("catalog/servers/<int:pk>/", include(server)),
     path("catalog/contracts/<int:pk>/", operator.contract_detail, name="contract"),
     path("catalog/contracts/<int:pk>/diff/<int:other>/", operator.contract_diff, name="contract-diff"),
     path("catalog/contracts/<int:pk>/sidecar/", operator.contract_sidecar, name="contract-sidecar"),
-    path(
-        "catalog/servers/<int:pk>/sidecar.json", operator.server_sidecar_export, name="server-sidecar-export"
-    ),
-    path(
-        "catalog/servers/<int:pk>/sidecar/import/",
-        operator.server_sidecar_import,
-        name="server-sidecar-import",
-    ),
     path("catalog/sidecar/", operator.tool_sidecar, name="tool-sidecar"),
     path("rules/", operator.rules, name="rules"),
     path("rules/new/", operator.rules_edit, name="rules-new"),

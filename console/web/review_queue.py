@@ -20,6 +20,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from console import models
+from console.selectors.gap_reports import GAP_CLASSES
 from console.web.filters import CatalogFilter
 from console.web.review_rows import age
 from preflight.record import ROUTES
@@ -34,7 +35,6 @@ ROUTE_WORDS = {
     "unsupported": "uses a schema construct the gate cannot read",
 }
 VERDICT_ROUTE = {"ask": "ask_user", "measure": "measure", "hold": "hold"}
-GAP_CLASSES = ("user_gap", "provider_gap", "source_gap", "implementation_gap")
 AGES = {
     "5m": timedelta(minutes=5),
     "1h": timedelta(hours=1),

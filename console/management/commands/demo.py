@@ -117,15 +117,12 @@ class Command(BaseCommand):
                 _stop(child)
 
     def seed_users(self) -> None:
-        user_model = get_user_model()
+        users = get_user_model().objects
         for role in ROLES:
             Group.objects.get_or_create(name=role)
         for name, (password, roles) in USERS.items():
-            user = user_model.objects.filter(username=name).first()
-            if user is None:
-                user = user_model.objects.create_user(name, password=password)
-            for role in roles:
-                user.groups.add(Group.objects.get(name=role))
+            user = users.filter(username=name).first() or users.create_user(name, password=password)
+            user.groups.add(*Group.objects.filter(name__in=roles))
 
     def agent_token(self) -> Path:
         """The demo agent's token (acting for the requester only), kept in var/ for the stdio client

@@ -21,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, username: str, role: str, revoke: bool, **options: Any) -> None:
         user_model = get_user_model()
         try:
-            user = user_model.objects.get(**{user_model.USERNAME_FIELD: username})
+            user = user_model.objects.get_by_natural_key(username)
         except user_model.DoesNotExist:
             # Roles are for people who sign in; creating an account here would create one without a password.
             raise CommandError(
