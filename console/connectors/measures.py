@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent import futures
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -13,10 +16,10 @@ from console.connectors import transport
 from console.connectors.errors import MeasureFailed, OutcomeUnknown, ToolCallFailed
 from console.connectors.tools import CALL_GRACE_S, connect_timeout, first_text, mcp_call, result_bytes
 from console.connectors.transport import (
-    Call,
+    HTTP_LOOP_GRACE_S,
     Outcome,
-    Pending,
     as_json,
+    call_in_thread,
     check_timeout,
     http_lookups,
     run_async,
@@ -58,20 +61,41 @@ class StartedMeasure:
     def __init__(
         self,
         name: str,
-        call: Pending | None = None,
+        call: Future[Outcome] | None = None,
+        deadline: float = 0.0,
         finish: Callable[[Outcome], tuple[Any, datetime]] | None = None,
         failed: Exception | None = None,
     ) -> None:
         self.name, self._call, self._finish, self._failed = name, call, finish, failed
+        self._deadline = deadline  # time.monotonic()'s, when waiting for it ends
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the answer is in, or the lookup has failed or timed out; True once it has."""
-        return self._call is None or self._call.wait(timeout)
+        if self._call is None or self._call.done():
+            return True
+        left = self._deadline - time.monotonic()
+        if timeout is not None and timeout < left:
+            return bool(futures.wait([self._call], max(0.0, timeout)).done)
+        futures.wait([self._call], max(0.0, left))
+        return True
 
     @staticmethod
     def wait_all(started: Sequence[StartedMeasure], timeout: float) -> None:
-        """Wait until each is in, has failed or has timed out, or for `timeout` (`transport.wait_all`)."""
-        transport.wait_all([s._call for s in started if s._call is not None], timeout)
+        """Wait until each is in, has failed or has timed out, or for `timeout`: as `wait` on each in turn,
+        but woken once, when the last of them is in, not once per answer (a frontier's answers come close
+        together, and each wake-up of this thread was a hand-over of the GIL from the HTTP loop thread parsing
+        the next one)."""
+        until = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            out = [
+                (s._call, s._deadline)
+                for s in started
+                if s._call is not None and not s._call.done() and s._deadline > now
+            ]
+            if not out or now >= until:
+                return
+            futures.wait([call for call, _ in out], min(until, *(deadline for _, deadline in out)) - now)
 
     @staticmethod
     def together() -> contextlib.AbstractContextManager[None]:
@@ -84,7 +108,11 @@ class StartedMeasure:
             if self._failed is not None:
                 raise self._failed
             assert self._call is not None and self._finish is not None
-            value, observed_at = self._finish(self._call.result())
+            try:
+                outcome = self._call.result(max(0.0, self._deadline - time.monotonic()))
+            except TimeoutError:
+                outcome = Outcome(timed_out=True)
+            value, observed_at = self._finish(outcome)
             try:
                 # A value is stored and digested: one PostgreSQL or canonical JSON cannot hold is no value.
                 json_values.check_json(value)
@@ -104,26 +132,28 @@ def start_measure(measure: Mapping[str, Any], args: Mapping[str, Any]) -> Starte
     ``observed_at`` in UTC, or ``MeasureFailed`` for every way of not getting a trustworthy value, so the
     caller records an ``error`` finding (hold) and never a silent ``no_result``."""
     name = str(measure.get("name") or "")
+    began = time.monotonic()
     try:
         timeout_s = measure.get("timeout_s")
         timeout_s = DEFAULT_MEASURE_TIMEOUT_S if timeout_s is None else timeout_s
         check_timeout(timeout_s, MeasureFailed)
         kind = measure.get("kind")
         if kind == "http":
-            call, finish = _http_measure(name, measure.get("url"), args, float(timeout_s))
+            call, wait_s, finish = _http_measure(name, measure.get("url"), args, float(timeout_s))
         elif kind == "python":
             config = measure.get("config") or {}
-            call, finish = _python_measure(str(config.get("lookup") or name), args, float(timeout_s))
+            call, wait_s, finish = _python_measure(str(config.get("lookup") or name), args, float(timeout_s))
         elif kind == "mcp":
-            call, finish = _mcp_measure(measure.get("config") or {}, args, float(timeout_s))
+            call, wait_s, finish = _mcp_measure(measure.get("config") or {}, args, float(timeout_s))
         else:
             raise MeasureFailed(f"unknown measure kind {kind!r}")
     except Exception as exc:
         return StartedMeasure(name, failed=exc)
-    return StartedMeasure(name, call, finish)
+    return StartedMeasure(name, call, began + wait_s, finish)
 
 
-_Started = tuple["Pending", Callable[["Outcome"], tuple[Any, datetime]]]
+# The call under way, how long to wait for it from its start, and what makes its answer a value.
+_Started = tuple["Future[Outcome]", float, Callable[["Outcome"], tuple[Any, datetime]]]
 
 
 def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float) -> _Started:
@@ -162,7 +192,7 @@ def _http_measure(name: str, url: Any, args: Mapping[str, Any], timeout_s: float
             raise MeasureFailed(f"answer lacks {', '.join(missing)}")
         return answer["value"], _parse_observed_at(answer["observed_at"])
 
-    return call, finish
+    return call, timeout_s + HTTP_LOOP_GRACE_S, finish
 
 
 def _describe_http_error(exc: BaseException) -> str:
@@ -218,7 +248,7 @@ def _python_measure(lookup: str, args: Mapping[str, Any], timeout_s: float) -> _
         except ValueError as exc:
             raise MeasureFailed(f"lookup {lookup!r} returned a value that is not JSON: {exc}") from exc
 
-    return Call(fn, dict(args), timeout_s), finish
+    return call_in_thread(fn, dict(args)), timeout_s, finish
 
 
 def _mcp_measure(config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: float) -> _Started:
@@ -263,4 +293,4 @@ def _mcp_measure(config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: 
             value = value[field]
         return value, observed_at
 
-    return Call(call, {}, connect_s + timeout_s + CALL_GRACE_S), finish
+    return call_in_thread(call, {}), connect_s + timeout_s + CALL_GRACE_S, finish

@@ -18,9 +18,8 @@ import socket
 import ssl
 import sys
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -199,116 +198,41 @@ class Outcome:
 
 
 def run_with_deadline(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> Outcome:
-    """Call ``fn(**kwargs)`` in a daemon thread and stop waiting after ``timeout_s`` (see `Call`)."""
-    return Call(fn, kwargs, timeout_s).result()
+    """Call ``fn(**kwargs)`` in a daemon thread, waiting for it ``timeout_s`` at most (`call_in_thread`)."""
+    try:
+        return call_in_thread(fn, kwargs).result(timeout_s)
+    except TimeoutError:
+        return Outcome(timed_out=True)
 
 
-class Pending:
-    """A call under way: its ``outcome`` is in once ``done`` is set; waited for at most until ``timeout_s``
-    (and ``grace_s``) from now."""
+def call_in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Future[Outcome]:
+    """``fn(**kwargs)`` running in a daemon thread from now on; its `Outcome` once it returns.
 
-    def __init__(self, timeout_s: float, *, grace_s: float = 0.0) -> None:
-        self.outcome = Outcome()
-        self.deadline = time.monotonic() + timeout_s + grace_s
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-        self._groups: list[_Countdown] | None = []  # None once done; see `wait_all`
-
-    def finish(self) -> None:
-        """The outcome is in: wake who waits for it."""
-        with self._lock:
-            self.done.set()
-            groups, self._groups = self._groups, None
-        for group in groups or ():
-            group.count_down()
-
-    def _join(self, group: _Countdown) -> bool:
-        with self._lock:
-            if self._groups is None:
-                return False
-            self._groups.append(group)
-            return True
-
-    def _leave(self, group: _Countdown) -> None:
-        with self._lock:
-            if self._groups is not None and group in self._groups:
-                self._groups.remove(group)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until it returned or its time is up, or for `timeout`; True once either has happened."""
-        left = self.deadline - time.monotonic()
-        if timeout is not None and timeout < left:
-            return self.done.wait(max(0.0, timeout))
-        return self.done.wait(max(0.0, left)) or True
-
-    def result(self) -> Outcome:
-        if not self.done.wait(max(0.0, self.deadline - time.monotonic())):
-            return Outcome(timed_out=True)
-        return self.outcome
-
-
-class _Countdown:
-    def __init__(self, n: int) -> None:
-        self._lock = threading.Lock()
-        self._left = n
-        self.zero = threading.Event()
-
-    def count_down(self) -> None:
-        with self._lock:
-            self._left -= 1
-            if self._left == 0:
-                self.zero.set()
-
-
-def wait_all(calls: Sequence[Pending], timeout: float) -> None:
-    """Wait until each call returned or its time is up, or for `timeout`: as `wait` on each in turn, but woken
-    once, when the last of them is in, not once per call (a frontier's answers come close together, and each
-    wake-up of this thread was a hand-over of the GIL from the HTTP loop thread parsing the next one)."""
-    until = time.monotonic() + timeout
-    while True:
-        now = time.monotonic()
-        out = [call for call in calls if not call.done.is_set() and call.deadline > now]
-        if not out or now >= until:
-            return
-        group = _Countdown(len(out))
-        joined = [call for call in out if call._join(group)]
-        for _ in range(len(out) - len(joined)):
-            group.count_down()  # done meanwhile
-        group.zero.wait(min(until, *(call.deadline for call in out)) - now)
-        for call in joined:
-            call._leave(group)
-
-
-class Call(Pending):
-    """``fn(**kwargs)`` running in a daemon thread from now on, waited for at most until ``timeout_s`` after
-    it started.
-
-    Python cannot interrupt a running function, so on timeout the thread is abandoned (daemon: it cannot keep
-    the process alive). Django database connections opened by the call are closed when it ends, because
-    nobody else can ever reuse or close them.
+    Python cannot interrupt a running function, so a caller that stops waiting abandons the thread (daemon: it
+    cannot keep the process alive). Django database connections opened by the call are closed when it ends,
+    because nobody else can ever reuse or close them.
     """
+    future: Future[Outcome] = Future()
 
-    def __init__(self, fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout_s: float) -> None:
-        super().__init__(timeout_s)
-        outcome, finish = self.outcome, self.finish
+    def target() -> None:
+        outcome = Outcome()
+        try:
+            outcome.value = fn(**kwargs)
+        except BaseException as exc:
+            outcome.error = exc
+        finally:
+            _close_thread_db_connections()
+            future.set_result(outcome)
 
-        def target() -> None:
-            try:
-                outcome.value = fn(**kwargs)
-            except BaseException as exc:
-                outcome.error = exc
-            finally:
-                _close_thread_db_connections()
-                finish()
-
-        _runners.run(target)
+    _runners.run(target)
+    return future
 
 
 class _Runners:
-    """Daemon threads for connector calls, kept between calls: starting a thread costs CPU under the
-    worker's GIL, ten of them per frontier of lookups (bench/lookups.py). A call takes an idle
-    thread or starts one; a thread whose call never returns is abandoned with it, as before, and only
-    threads whose call returned are handed another."""
+    """Daemon threads for connector calls, kept between calls: a thread started per call costs three times
+    the CPU under the worker's GIL, ten of them per frontier of lookups. A call takes an idle thread or starts
+    one; a thread whose call never returns is abandoned with it, and only threads whose call returned are
+    handed another. Not a ThreadPoolExecutor: it joins its threads at exit, and a hung call would hold it."""
 
     MAX_IDLE = 32  # more idle than that end: a burst of calls leaves no crowd behind
 
@@ -323,8 +247,9 @@ class _Runners:
             jobs = self._idle.pop() if self._idle else None
         if jobs is None:
             jobs = queue.SimpleQueue()
-            serve = threading.Thread(target=self._serve, args=(jobs,), daemon=True)
-            serve.name = "preflight-connector"
+            serve = threading.Thread(
+                target=self._serve, args=(jobs,), name="preflight-connector", daemon=True
+            )
             serve.start()
         jobs.put(job)
 
@@ -342,7 +267,7 @@ _runners = _Runners()
 
 # --------------------------------------------------------------------------------------------- HTTP lookups
 
-_HTTP_LOOP_GRACE_S = 0.005  # how long past its deadline a waiter gives the loop to report the timeout itself
+HTTP_LOOP_GRACE_S = 0.005  # how long past its deadline a waiter gives the loop to report the timeout itself
 # Connections kept open after an answer: a frontier's lookups of one measure service reuse them, without a TCP
 # (and TLS) handshake each. Closed after a while idle, before common servers time them out (gunicorn: 2 s).
 _KEPT_CONNECTIONS = 32
@@ -354,6 +279,8 @@ _LOOKUP_HEADERS = {
     "Content-Type": "application/json",
     "Accept": "application/json",
 }
+
+_Lookup = tuple["Future[Outcome]", str, bytes, float]
 
 
 class _HttpLookups:
@@ -371,53 +298,35 @@ class _HttpLookups:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx2.AsyncClient | None = None  # loop thread only
-        self._tasks: set[asyncio.Task[None]] = set()  # loop thread only
-        # Lookups started and not yet taken by the loop: a frontier's go over in one wake-up of the loop
-        # thread, not one each (each a write to its wake-up pipe, and a hand-over of the GIL).
-        self._incoming: list[tuple[Coroutine[Any, Any, None], Pending]] = []
-        self._woken = False  # a wake-up of the loop is on its way, to take what is incoming
-        self._holding = threading.local()  # this thread's `together` blocks, how deep
+        self._tasks: set[asyncio.Task[Any]] = set()  # loop thread only
+        self._held = threading.local()  # the lookups this thread's `together` block holds back
 
     @contextlib.contextmanager
     def together(self) -> Iterator[None]:
-        """Lookups this thread starts inside the block go to the loop when it ends, in one wake-up. Woken at
-        the first, the loop thread took the GIL to send it while the rest were still being started, and a
-        frontier's last lookup left milliseconds after its first (bench/lookups.py)."""
-        depth = getattr(self._holding, "depth", 0)
-        self._holding.depth = depth + 1
+        """Lookups this thread starts inside the block go to the loop when it ends, in one wake-up of the
+        loop thread, not one each (each a write to its wake-up pipe, and a hand-over of the GIL: woken at the
+        first, the loop thread sent it while the rest were still being started)."""
+        if getattr(self._held, "lookups", None) is not None:
+            yield  # inside an outer block, which sends them
+            return
+        lookups: list[_Lookup] = []
+        self._held.lookups = lookups
         try:
             yield
         finally:
-            self._holding.depth = depth
-            if not depth:
-                self._wake()
+            self._held.lookups = None
+            if lookups:
+                self._call_soon(self._spawn_all, lookups)
 
-    def start(self, url: str, body: bytes, timeout_s: float) -> Pending:
-        pending = Pending(timeout_s, grace_s=_HTTP_LOOP_GRACE_S)
-        work = self._exchange(pending, url, body, timeout_s)
-        with self._lock:
-            self._incoming.append((work, pending))
-        if not getattr(self._holding, "depth", 0):
-            self._wake()
-        return pending
-
-    def _wake(self) -> None:
-        with self._lock:
-            if self._woken or not self._incoming:
-                return
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="preflight-http", daemon=True).start()
-            self._woken = True
-            loop = self._loop
-        loop.call_soon_threadsafe(self._take_incoming)
-
-    def _take_incoming(self) -> None:
-        with self._lock:
-            incoming, self._incoming = self._incoming, []
-            self._woken = False
-        for work, pending in incoming:
-            self._spawn(work, pending)
+    def start(self, url: str, body: bytes, timeout_s: float) -> Future[Outcome]:
+        """The lookup's `Outcome` once the loop has it, timed out after ``timeout_s`` at the latest."""
+        future: Future[Outcome] = Future()
+        held = getattr(self._held, "lookups", None)
+        if held is None:
+            self._call_soon(self._spawn_all, [(future, url, body, timeout_s)])
+        else:
+            held.append((future, url, body, timeout_s))
+        return future
 
     def in_flight(self) -> int:
         """How many lookups the loop holds (none once all have ended)."""
@@ -429,14 +338,25 @@ class _HttpLookups:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._drop_client)
 
-    def _spawn(self, work: Coroutine[Any, Any, None], pending: Pending | None = None) -> None:
+    def _call_soon(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="preflight-http", daemon=True).start()
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _spawn_all(self, lookups: Sequence[_Lookup]) -> None:
+        for future, url, body, timeout_s in lookups:
+            self._spawn(self._exchange(url, body, timeout_s), future)
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], future: Future[Outcome] | None = None) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)  # the loop keeps only a weak reference to a task
 
-        def ended(task: asyncio.Task[None]) -> None:
-            self._tasks.discard(task)
-            if pending is not None:
-                pending.finish()
+        def ended(task: asyncio.Task[Any]) -> None:
+            self._tasks.discard(task)  # before the waiter wakes: it may count what is in flight
+            if future is not None:
+                future.set_result(task.result())
 
         task.add_done_callback(ended)
 
@@ -445,17 +365,17 @@ class _HttpLookups:
             self._spawn(self._client.aclose())
             self._client = None
 
-    async def _exchange(self, pending: Pending, url: str, body: bytes, timeout_s: float) -> None:
+    async def _exchange(self, url: str, body: bytes, timeout_s: float) -> Outcome:
         import httpx2
 
         try:
             if self._client is None:
                 self._client = _lookup_client()
-            pending.outcome.value = await _post(self._client, url, body, timeout_s)
+            return Outcome(value=await _post(self._client, url, body, timeout_s))
         except (TimeoutError, httpx2.TimeoutException):
-            pending.outcome.timed_out = True
+            return Outcome(timed_out=True)
         except Exception as exc:
-            pending.outcome.error = exc
+            return Outcome(error=exc)
 
 
 http_lookups = _HttpLookups()

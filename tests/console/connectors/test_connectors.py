@@ -976,6 +976,40 @@ def test_a_started_lookup_stops_waiting_at_its_timeout() -> None:
         started.result()
 
 
+@connectors.register_lookup("test_connectors.napping")
+def napping_lookup(s: float) -> float:
+    time.sleep(s)
+    return s
+
+
+def test_waiting_for_all_returns_once_the_last_lookup_is_in() -> None:
+    began = time.monotonic()
+    started = [
+        connectors.start_measure(python_measure("test_connectors.napping"), {"s": s}) for s in (0.05, 0.2)
+    ]
+
+    connectors.StartedMeasure.wait_all(started, 5.0)
+
+    assert 0.2 <= time.monotonic() - began < 1.0
+    assert all(lookup.wait(0) for lookup in started)
+    assert [lookup.result()[0] for lookup in started] == [0.05, 0.2]
+
+
+def test_waiting_for_all_stops_at_a_lookups_timeout_and_at_its_own() -> None:
+    hung = connectors.start_measure(python_measure("test_connectors.sleepy", timeout_s=0.1), {})
+    began = time.monotonic()
+    connectors.StartedMeasure.wait_all([hung], 0.02)  # its own timeout first
+    assert time.monotonic() - began < 0.08
+    assert not hung.wait(0)
+
+    connectors.StartedMeasure.wait_all([hung], 5.0)  # the lookup's, 0.1 s from its start
+
+    assert time.monotonic() - began < 0.5  # it still sleeps (0.6 s)
+    assert hung.wait(0)
+    with pytest.raises(MeasureFailed, match=r"did not return within 0\.1s"):
+        hung.result()
+
+
 def test_connector_calls_reuse_the_threads_of_calls_that_returned() -> None:
     threads: list[threading.Thread] = []  # kept alive, so no two of them can share an id
     for _ in range(5):
