@@ -95,17 +95,23 @@ class _AllowListedBackend:
 
 
 class _Stream:
-    """httpcore's AnyIO stream, less two costs of each request. The pool asks every idle connection whether
+    """httpcore's AnyIO stream, less three costs of each request. The pool asks every idle connection whether
     its socket is readable each time it assigns a request or takes a connection back, and AnyIO builds a dict
     of the socket's attributes (asking the kernel for the peer's address) to hand the socket over: here it is
-    kept. A read or write without a timeout skips AnyIO's cancel scope, which would have nothing to bound."""
+    kept. A read or write without a timeout skips AnyIO's cancel scope, which would have nothing to bound. And
+    httpcore writes a request's head and its body apart: held until the read that waits for the answer, they
+    leave in one send."""
 
     def __init__(self, stream: Any) -> None:
         self._inner = stream
         self._anyio = stream._stream  # the AnyIO byte stream httpcore's wraps
         self._socket = stream.get_extra_info("socket")
+        self._unsent = b""
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._unsent:
+            unsent, self._unsent = self._unsent, b""
+            await self._send(unsent)
         if timeout is not None:
             return await self._inner.read(max_bytes, timeout)  # type: ignore[no-any-return]
         try:
@@ -116,8 +122,13 @@ class _Stream:
             raise _httpcore().ReadError(exc) from exc
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if timeout is not None or not buffer:
-            return await self._inner.write(buffer, timeout)  # type: ignore[no-any-return]
+        if timeout is None:
+            self._unsent += buffer
+            return None
+        buffer, self._unsent = self._unsent + buffer, b""
+        return await self._inner.write(buffer, timeout)  # type: ignore[no-any-return]
+
+    async def _send(self, buffer: bytes) -> None:
         try:
             await self._anyio.send(buffer)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
