@@ -15,10 +15,12 @@ from functools import wraps
 from typing import Any, Concatenate, cast
 from urllib.parse import quote
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 
 from console.web.requests import SignedInRequest
@@ -57,16 +59,6 @@ def refusal(user: Any, roles: tuple[str, ...], what: str = "This page") -> str:
     )
 
 
-def login_redirect(request: HttpRequest) -> HttpResponse:
-    if getattr(request, "htmx", False):
-        # A polled partial must not swap a login form into the page: send the whole window there.
-        from django.conf import settings
-        from django.shortcuts import resolve_url
-
-        return HttpResponseClientRedirect(f"{resolve_url(settings.LOGIN_URL)}?next={quote(request.path)}")
-    return redirect_to_login(request.get_full_path())
-
-
 def role_required[**P, R: HttpResponseBase](
     *roles: str, what: str = "This page"
 ) -> Callable[
@@ -81,7 +73,11 @@ def role_required[**P, R: HttpResponseBase](
         @wraps(view)
         def wrapped(request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs) -> R | HttpResponse:
             if not request.user.is_authenticated:
-                return login_redirect(request)
+                if not getattr(request, "htmx", False):
+                    return redirect_to_login(request.get_full_path())
+                # A polled partial must not swap a login form into the page: send the whole window there.
+                login = f"{resolve_url(settings.LOGIN_URL)}?next={quote(request.path)}"
+                return HttpResponseClientRedirect(login)
             if not has_role(request.user, *roles):
                 raise PermissionDenied(refusal(request.user, roles, what))
             # Signed in (checked above) and through HtmxMiddleware (settings.MIDDLEWARE).

@@ -48,7 +48,7 @@ from console.services.catalog import (
 from console.services.gap_reports import gap_report_create, gap_report_set_status
 from console.services.rules import RulesCheck, check_rules_text, next_version, ruleset_save
 from console.services.sidecars import SidecarSaved, sidecar_compose, sidecar_import, sidecar_save
-from console.web.access import has_role, role_required
+from console.web.access import role_required
 from console.web.filters import form_problems
 from console.web.requests import SignedInRequest, render_partial
 from preflight.canonical import digest
@@ -145,14 +145,13 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
     return render_partial(request, "console/operator/gap_reports.html", context, "list")
 
 
-def _report_context(request: SignedInRequest, report: models.GapReport, problem: str = "") -> dict[str, Any]:
+def _report_context(report: models.GapReport, problem: str = "") -> dict[str, Any]:
     return {
         "report": report,
         "kind": gap_kind(report.cls, report.slot),
         "export": report_json(report),
         "history": [{**h, "at": datetime.fromisoformat(h["at"])} for h in report.history],
         "status_form": StatusForm(initial={"status": report.status}),
-        "can_edit": has_role(request.user, "operator"),
         "problem": problem,
     }
 
@@ -161,7 +160,7 @@ def _report_context(request: SignedInRequest, report: models.GapReport, problem:
 @operator_or_auditor
 def gap_report_detail(request: SignedInRequest, pk: int) -> HttpResponse:
     report = get_object_or_404(models.GapReport, pk=pk)
-    return render(request, "console/operator/gap_report.html", _report_context(request, report))
+    return render(request, "console/operator/gap_report.html", _report_context(report))
 
 
 @require_POST
@@ -184,7 +183,7 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
         problem = "; ".join(form_problems(form))
     if not problem and not request.htmx:
         return redirect("operator:gap-report", report.pk)
-    context = _report_context(request, report, problem)
+    context = _report_context(report, problem)
     status = 200 if request.htmx else 422
     return render_partial(request, "console/operator/gap_report.html", context, "status", status=status)
 
@@ -500,17 +499,15 @@ def rules(request: SignedInRequest) -> HttpResponse:
         grouped.setdefault(r.name, []).append(
             {"row": r, "stamp": stamp, "rules": len(r.data.get("rules", [])), "applied": applied}
         )
-    recent = []
-    for rec in models.PreflightRecord.objects.order_by("-created_at").select_related("execution")[:20]:
-        parts = checklist_parts(rec.checklist_version)
-        recent.append(
-            {
-                "record": rec,
-                "rules": parts["rules"],
-                "rule_slots": rule_slots(rec.record),
-                "tool": f"{rec.record.get('server')}/{rec.record.get('tool')}",
-            }
-        )
+    recent = [
+        {
+            "record": rec,
+            "rules": checklist_parts(rec.checklist_version)["rules"],
+            "rule_slots": rule_slots(rec.record),
+            "tool": f"{rec.record.get('server')}/{rec.record.get('tool')}",
+        }
+        for rec in models.PreflightRecord.objects.order_by("-created_at").select_related("execution")[:20]
+    ]
     return render(
         request, "console/operator/rules.html", {"groups": sorted(grouped.items()), "recent": recent}
     )
@@ -532,41 +529,35 @@ def rules_edit(request: SignedInRequest, name: str = "") -> HttpResponse:
         current = models.RuleSet.objects.filter(name=name).order_by("-created_at").first()
         if current is None:
             raise Http404(f"no rules named {name}")
+    draft = RULES_TEMPLATE  # a new rule set starts from the example; an edit from the next version
+    if current is not None:
+        draft = {**current.data, "version": next_version(str(current.data.get("version", "1")))}
+    initial = {"text": json.dumps(draft, indent=2, ensure_ascii=False)}
+    form = RulesForm(request.POST if request.method == "POST" else None, initial=initial)
     check: RulesCheck | None = None
     problem = ""
     saved: models.RuleSet | None = None
-    if request.method == "POST":
-        form = RulesForm(request.POST)
-        if form.is_valid():
-            text = form.cleaned_data["text"]
-            check = check_rules_text(text)
-            if request.POST.get("action") == "save" and check.ok:
-                try:
-                    saved = ruleset_save(text=text, user=request.user)
-                except ServiceError as exc:
-                    problem = exc.detail
-                else:
-                    messages.success(
-                        request, f"Saved {saved.name}@{saved.version}; it applies from the next preflight on."
-                    )
-                    if not request.htmx:
-                        return redirect("operator:rules")
-    else:
-        if current is not None:
-            data = dict(current.data)
-            data["version"] = next_version(str(data.get("version", "1")))
-            text = json.dumps(data, indent=2, ensure_ascii=False)
-        else:
-            text = json.dumps(RULES_TEMPLATE, indent=2, ensure_ascii=False)
-        form = RulesForm(initial={"text": text})
-    text_now = form.data.get("text", "") if form.is_bound else form.initial.get("text", "")
+    if form.is_valid():
+        text = form.cleaned_data["text"]
+        check = check_rules_text(text)
+        if request.POST.get("action") == "save" and check.ok:
+            try:
+                saved = ruleset_save(text=text, user=request.user)
+            except ServiceError as exc:
+                problem = exc.detail
+            else:
+                messages.success(
+                    request, f"Saved {saved.name}@{saved.version}; it applies from the next preflight on."
+                )
+                if not request.htmx:
+                    return redirect("operator:rules")
     context = {
         "form": form,
         "current": current,
         "check": check,
         "problem": problem,
         "saved": saved,
-        "listing": _numbered(str(text_now), check.problem.line if check and check.problem else None),
+        "listing": _numbered(form.data["text"], check.problem.line) if check and check.problem else [],
     }
     invalid = request.method == "POST" and (problem or (check is not None and not check.ok))
     status = 422 if invalid and not request.htmx else 200

@@ -19,12 +19,8 @@ def nice_max(value: float, ticks: int = 4) -> tuple[float, float]:
         return 1.0, 1.0
     raw = value / ticks
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = magnitude
-    for m in (1, 2, 5, 10):
-        step = m * magnitude
-        if step >= raw:
-            break
-    step = max(step, 1.0)  # counts: no fractional ticks
+    # The first of 1, 2, 5 or 10 times the magnitude to reach `raw` (10 always does); counts: no fractions.
+    step = max(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw), 1.0)
     return math.ceil(value / step) * step, step
 
 
@@ -152,7 +148,6 @@ class BarChart:
     height: int
     label_w: int
     rows: list[BarRow] = field(default_factory=list)
-    row_h: int = 22
 
     @property
     def label_x(self) -> int:
@@ -178,7 +173,7 @@ def stacked_bars(
     plot_w = width - label_w - 50
     peak = max((sum(v.values()) for _, v, _ in rows), default=0)
     scale = plot_w / peak if peak else 0.0
-    chart = BarChart(id, title, "", width, max(len(rows), 1) * row_h + 4, label_w, row_h=row_h)
+    chart = BarChart(id, title, "", width, max(len(rows), 1) * row_h + 4, label_w)
     for i, (label, values, href) in enumerate(rows):
         y = i * row_h + 2
         x = float(label_w)

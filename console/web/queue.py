@@ -80,15 +80,11 @@ def _claim_action(
         messages.error(request, exc.detail)
     else:
         messages.success(request, done)
-    return redirect(_back(request))
-
-
-def _back(request: SignedInRequest) -> str:
-    """Back to the queue as the approver was looking at it (only a path on this site)."""
+    # Back to the queue as the approver was looking at it (only a path on this site).
     form = BackForm(request.POST)
     target = form.cleaned_data["next"] if form.is_valid() else ""
     safe = url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()})
-    return target if target.startswith("/") and safe else "/executions/"
+    return redirect(target if target.startswith("/") and safe else "/executions/")
 
 
 def _refused(

@@ -36,7 +36,7 @@ from console.services.review import (
     execution_reviewer_answer,
 )
 from console.web import review_queue
-from console.web.access import APPROVER, AUDITOR, OPERATOR, has_role, role_required
+from console.web.access import APPROVER, AUDITOR, has_role, role_required
 from console.web.filters import form_problems
 from console.web.requests import SignedInRequest, render_partial
 from console.web.review_rows import (
@@ -158,7 +158,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
         "open": open_,
         "own": own,
         "approver": approver,
-        "provider_gaps": _provider_gaps(request, record) if open_ and why_not else [],
+        "provider_gaps": _provider_gaps(record) if open_ and why_not else [],
         "version": _version(execution),
         "next_held": reverse("review-execution", args=[nxt]) if nxt else None,
     }
@@ -171,9 +171,9 @@ def _by_reviewer(s: Mapping[str, Any], answers: Mapping[str, tuple[str, str]]) -
     )
 
 
-def _provider_gaps(request: SignedInRequest, record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The provider gaps a hold rests on, each with its report when one was filed, else where an operator
-    files one: what can be done about a hold no answer or approval settles."""
+def _provider_gaps(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The provider gaps a hold rests on, each with its report when one was filed, else the query an operator
+    files one with: what can be done about a hold no answer or approval settles."""
     gaps = [g for g in record.get("gaps") or [] if g.get("class") == "provider_gap"]
     if not gaps:
         return []
@@ -184,31 +184,17 @@ def _provider_gaps(request: SignedInRequest, record: Mapping[str, Any]) -> list[
             cls="provider_gap", server=server, tool=tool, slot__in=[g["slot"] for g in gaps]
         ).order_by("pk")
     }
-    may_file = has_role(request.user, OPERATOR)
-    out = []
-    for gap in gaps:
-        query = urlencode(
-            {
-                "cls": "provider_gap",
-                "server": server,
-                "tool": tool,
-                "slot": gap["slot"],
-                "contract_digest": record.get("contract_digest") or "",
-            }
-        )
-        report = reports.get(gap["slot"])
-        out.append(
-            {
-                "slot": gap["slot"],
-                "detail": gap.get("detail") or "",
-                "report": report,
-                "report_url": reverse("operator:gap-report", args=[report.pk]) if report else None,
-                "file_url": f"{reverse('operator:gap-report-new')}?{query}"
-                if may_file and not report
-                else None,
-            }
-        )
-    return out
+    query = {"cls": "provider_gap", "server": server, "tool": tool}
+    digest = record.get("contract_digest") or ""
+    return [
+        {
+            "slot": g["slot"],
+            "detail": g.get("detail") or "",
+            "report": reports.get(g["slot"]),
+            "query": urlencode({**query, "slot": g["slot"], "contract_digest": digest}),
+        }
+        for g in gaps
+    ]
 
 
 def _version(execution: models.Execution) -> str:
@@ -418,7 +404,6 @@ def reject(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     if not form.cleaned_data["confirmed"]:
         # Final, so asked once more: a page of its own without JS (with JS the dialog set `confirmed`).
         context = {"execution": execution, "reason": form.cleaned_data["reason"]}
-        context["url"] = reverse("review-reject", args=[execution.pk])
         return render(request, "console/review/reject_confirm.html", context)
     try:
         execution_reject(

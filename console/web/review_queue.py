@@ -91,14 +91,6 @@ class QueuePage:
     number: int
     pages: int
 
-    @property
-    def has_previous(self) -> bool:
-        return self.number > 1
-
-    @property
-    def has_next(self) -> bool:
-        return self.number < self.pages
-
 
 def _searched(qs: QuerySet[models.Execution], q: str) -> QuerySet[models.Execution]:
     """Words of the summary, the tool, the principal or the server, each word anywhere in one of them.
@@ -173,20 +165,19 @@ def held(filters: dict[str, Any], *, user: User | None = None) -> QueuePage:
     # distinct values), summed per route here. The route counts ignore the route filter, so each one says
     # what picking it would give.
     counts: dict[str, int] = dict.fromkeys(ROUTES, 0)
-    everything = 0
+    total = 0
     for routes, n in base.values_list("routes").annotate(n=Count("*")).order_by():
-        everything += n
+        total += n
         for route in routes.split():
             counts[route] = counts.get(route, 0) + n
     rows_qs = base
-    total = everything
     if filters.get("route") in ROUTES:
         rows_qs = base.filter(routes__contains=f" {filters['route']} ")
         total = counts[filters["route"]]
 
     order = SORTS.get(filters.get("sort") or "oldest", SORTS["oldest"])
-    rows, number, pages = _page(rows_qs, total, filters, order)
-    return QueuePage(_grouped(_claimed(rows)), counts, total, number, pages)
+    rows, number, pages = _page(rows_qs, total, filters, order, claimed_by=F("claim__approver__username"))
+    return QueuePage(_grouped(rows), counts, total, number, pages)
 
 
 def decided(filters: dict[str, Any]) -> QueuePage:
@@ -253,18 +244,6 @@ def next_held(execution: models.Execution) -> Any | None:
     following = firsts.exclude(conversation_key=execution.conversation_key).filter(_after(*place))
     nxt = following.order_by(*order).values_list("pk", flat=True).first()
     return nxt or firsts.order_by(*order).values_list("pk", flat=True).first()
-
-
-def _claimed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Who claimed each row, in one read for the page."""
-    claims = dict(
-        models.ReviewClaim.objects.filter(execution_id__in=[r["id"] for r in rows]).values_list(
-            "execution_id", "approver__username"
-        )
-    )
-    for row in rows:
-        row["claimed_by"] = claims.get(row["id"])
-    return rows
 
 
 def _grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

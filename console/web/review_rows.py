@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from stdnum import iban
 
@@ -57,8 +57,7 @@ HELP_BY_PREFIX = (
 )
 
 
-@dataclass(slots=True)
-class Flag:
+class Flag(NamedTuple):
     css: str
     text: str
 
@@ -104,7 +103,6 @@ class SlotRow:
         template engine a failed `row["x"]` first, for every lookup of every row."""
         out = {name: getattr(self, name) for name in self.__slots__}
         out["row_class"] = " ".join(self.css)
-        out["flags"] = [(f.css, f.text) for f in self.flags]
         turn, start, end = self.first_span or ("", "", "")
         out.update(first_turn=turn, first_start=start, first_end=end)
         return out
@@ -253,7 +251,7 @@ def slot_row(s: Mapping[str, Any], record: Mapping[str, Any], ctx: Context) -> S
         row.value_title = show(s.get("value"))
     row.route_text, row.route_help = ROUTES.get(row.route or "", (row.route or "", ""))
     row.approval_text, row.approval_help = APPROVALS.get(row.approval or "", (row.approval or "", ""))
-    _source(row, s, ctx)
+    row.source, row.source_css, row.source_href = _source(s, ctx)
     findings = s.get("findings") or []
 
     if status == "unknown":
@@ -359,42 +357,34 @@ def _value_text(s: Mapping[str, Any]) -> str:
     return grouped(value)
 
 
-def _source(row: SlotRow, s: Mapping[str, Any], ctx: Context) -> None:
+def _source(s: Mapping[str, Any], ctx: Context) -> tuple[str | None, str, str | None]:
+    """The badge of a slot's source: its words, its css class and where it links (None, "", None: none)."""
     source, pointer = s.get("source"), s.get("pointer") or {}
     if not source or s["status"] == "unknown":
-        return
-    row.source_css = source
+        return None, "", None
     if source == "user_answer":
         channel, by = ctx.answers.get(str(pointer.get("answer")), ("agent", str(pointer.get("by") or "")))
         if channel == "reviewer":
-            row.source, row.source_css = f"reviewer answer · {by}", "reviewer"
-        else:
-            row.source = "user answer"
-    elif source == "instruction":
-        spans = span_ids(pointer)
-        turns = sorted({t for t, _, _ in spans})
-        row.source = "instruction · turn " + ", ".join(str(t) for t in turns) if turns else "instruction"
-    elif source == "preset":
-        row.source = f"preset #{str(pointer.get('preset', '')).removeprefix('preset-')}"
-    elif source == "observed":
-        at = pointer.get("observed_at")
+            return f"reviewer answer · {by}", "reviewer", None
+        return "user answer", source, None
+    if source == "instruction":
+        turns = ", ".join(str(t) for t in sorted({t for t, _, _ in span_ids(pointer)}))
+        return (f"instruction · turn {turns}" if turns else "instruction"), source, None
+    if source == "preset":
+        return f"preset #{str(pointer.get('preset', '')).removeprefix('preset-')}", source, None
+    if source == "observed":
         try:
-            when = datetime.fromisoformat(at) if isinstance(at, str) else None
-        except ValueError:
-            when = None
-        if when is not None:
-            row.source = f"observed {when_text(when)} · {age((ctx.now - when).total_seconds())} ago"
-        else:
-            row.source = "observed"
-    elif source == "prior_state":
-        ref = str(pointer.get("record") or "")
-        execution, _, seq = ref.partition("#")
-        row.source = f"prior record {execution[:8]}#{seq}"
-        row.source_href = f"/executions/{execution}/" if execution else None
-    elif source == "reviewer":
-        row.source = f"reviewer · {pointer.get('by', '')}"
-    else:
-        row.source = _SOURCE_WORDS.get(source, source)
+            when = datetime.fromisoformat(pointer["observed_at"])
+        except (KeyError, TypeError, ValueError):  # no time, or not an ISO string
+            return "observed", source, None
+        return f"observed {when_text(when)} · {age((ctx.now - when).total_seconds())} ago", source, None
+    if source == "prior_state":
+        execution, _, seq = str(pointer.get("record") or "").partition("#")
+        href = f"/executions/{execution}/" if execution else None
+        return f"prior record {execution[:8]}#{seq}", source, href
+    if source == "reviewer":
+        return f"reviewer · {pointer.get('by', '')}", source, None
+    return _SOURCE_WORDS.get(source, source), source, None
 
 
 _SOURCE_WORDS = {"contract": "declared by the tool", "condition": "evaluated", "approval": "approved"}
@@ -426,11 +416,10 @@ def values_before_edits(
         for s in record.get("slots") or []:
             if s["key"] not in wanted or s["key"] in found:
                 continue
-            probe = SlotRow(key=s["key"], label="", kind="", status=s["status"], value="")
-            _source(probe, s, ctx)
-            if probe.source_css == "reviewer":
+            source, css, _ = _source(s, ctx)
+            if css == "reviewer":
                 continue  # an earlier edit: look further back
-            found[s["key"]] = (s.get("value"), probe.source or "") if s["status"] != "unknown" else (None, "")
+            found[s["key"]] = (s.get("value"), source or "") if s["status"] != "unknown" else (None, "")
         if len(found) == len(wanted):
             break
     return {key: found.get(key, (None, "")) for key in wanted}

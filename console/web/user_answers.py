@@ -27,16 +27,11 @@ class UserAnswerForm(forms.Form):
     value = forms.CharField(widget=forms.Textarea, required=False, strip=False)
 
 
-def _own_execution(request: SignedInRequest, execution_id: UUID) -> models.Execution:
+@login_required
+def user_answers(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
     execution = get_object_or_404(models.Execution.objects.select_related("contract"), pk=execution_id)
     if execution.principal != identity(request.user):
         raise PermissionDenied(f"Only {execution.principal} answers the questions of this execution.")
-    return execution
-
-
-@login_required
-def user_answers(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
-    execution = _own_execution(request, execution_id)
     if request.method == "POST":
         form = UserAnswerForm(request.POST)
         if form.is_valid():
@@ -64,8 +59,4 @@ def user_answers(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
         {**q, "schema_json": json.dumps(q.get("schema"), indent=2, sort_keys=True)}
         for q in latest.get("questions") or []
     ]
-    return render(
-        request,
-        "console/user_answers.html",
-        {"execution": execution, "record": latest, "questions": questions},
-    )
+    return render(request, "console/user_answers.html", {"record": latest, "questions": questions})
