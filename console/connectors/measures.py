@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from console import egress, json_values
 from console.connectors import transport
@@ -25,8 +25,6 @@ from console.connectors.transport import (
     run_async,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 DEFAULT_MEASURE_TIMEOUT_S = 5.0
 # A measurement stamped in the future would look fresh forever; allow only ordinary clock skew.
 MAX_CLOCK_SKEW = timedelta(seconds=60)
@@ -35,7 +33,7 @@ MAX_CLOCK_SKEW = timedelta(seconds=60)
 _LOOKUPS: dict[str, Callable[..., Any]] = {}
 
 
-def register_lookup(name: str) -> Callable[[F], F]:
+def register_lookup[F: Callable[..., Any]](name: str) -> Callable[[F], F]:
     """Register a Python callable as the lookup ``name`` for ``{"kind": "python"}`` measures.
 
     It is called with the measure's args as keyword arguments and returns the value, or

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
 import anyio
 from django.conf import settings
@@ -29,8 +29,6 @@ from preflight.canonical import canonical_json
 
 logger = logging.getLogger(__name__)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 CONNECT_TIMEOUT_FLOOR_S = 10.0
 # What of a tool's answer is kept (recorded, handed to the agent): a server must not fill the database or the
 # worker's memory. An answer past it is recorded by size and digest; the call did run.
@@ -46,7 +44,7 @@ _STDERR_TAIL_CHARS = 2000
 _TOOLS: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
-def register_tool(server: str, tool: str) -> Callable[[F], F]:
+def register_tool[F: Callable[..., Any]](server: str, tool: str) -> Callable[[F], F]:
     """Register a Python callable as ``server``/``tool`` for ``{"kind": "python"}`` connectors.
 
     It is called with the arguments as keyword arguments. To refuse without acting it raises
