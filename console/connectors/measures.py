@@ -260,8 +260,7 @@ def _mcp_measure(config: Mapping[str, Any], args: Mapping[str, Any], timeout_s: 
     connect_s = connect_timeout(connector, timeout_s)
 
     def call() -> dict[str, Any]:
-        result: dict[str, Any] = run_async(mcp_call, connector, tool, dict(args), connect_s, timeout_s, True)
-        return result
+        return run_async(mcp_call, connector, tool, dict(args), connect_s, timeout_s, True)
 
     def finish(outcome: Outcome) -> tuple[Any, datetime]:
         if outcome.timed_out:  # the SDK's own timeouts answer first; this catches a transport that blocks

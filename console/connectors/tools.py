@@ -126,8 +126,7 @@ def list_tools(connector: Mapping[str, Any], *, timeout_s: float) -> list[dict[s
     check_timeout(timeout_s, ToolCallFailed)
     if connector.get("kind") not in ("mcp_stdio", "mcp_http"):
         raise ToolCallFailed(f"connector kind {connector.get('kind')!r} cannot list tools")
-    tools: list[dict[str, Any]] = run_async(_mcp_list, connector, timeout_s)
-    return tools
+    return run_async(_mcp_list, connector, timeout_s)
 
 
 def _call_python_tool(server: str, tool: str, arguments: Mapping[str, Any], timeout_s: float) -> Any:
