@@ -430,8 +430,7 @@ def classify_mcp_error(exc: Any, tool: str) -> Exception:
 
 
 def as_failure(exc: BaseException, kind: type[Exception], what: str, errlog: TextIO | None) -> Exception:
-    leaf = _leaves(exc)
-    for inner in leaf:
+    for inner in _leaves(exc):
         if isinstance(inner, ToolCallFailed | OutcomeUnknown):
             return inner
     return kind(f"{what}: {describe_error(exc)}{_stderr_tail(errlog)}")
