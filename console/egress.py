@@ -44,10 +44,6 @@ class AllowedHost:
     host: str  # lower-case DNS name, or an IP literal in its compressed form
     port: int | None  # None: any port
 
-    @property
-    def address(self) -> IPAddress | None:
-        return _ip(self.host)
-
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port is None else f"{host}:{self.port}"
