@@ -139,27 +139,23 @@ _RETRY = {
     "retry_jitter": True,
     "max_retries": 10,
 }
-
-
-@shared_task(
-    acks_late=True,
-    ignore_result=True,
-    soft_time_limit=_LOOKUP_SOFT_LIMIT_S,
-    time_limit=_LOOKUP_HARD_LIMIT_S,
+# measure_run's and measure_batch's: bounded by the limits above, retried like every task.
+_LOOKUP_TASK = {
+    "acks_late": True,
+    "ignore_result": True,
+    "soft_time_limit": _LOOKUP_SOFT_LIMIT_S,
+    "time_limit": _LOOKUP_HARD_LIMIT_S,
     **_RETRY,
-)
+}
+
+
+@shared_task(**_LOOKUP_TASK)
 def measure_run(execution_id: str, key: str) -> None:
     """One lookup of a frontier."""
     _run_lookups(execution_id, [key])
 
 
-@shared_task(
-    acks_late=True,
-    ignore_result=True,
-    soft_time_limit=_LOOKUP_SOFT_LIMIT_S,
-    time_limit=_LOOKUP_HARD_LIMIT_S,
-    **_RETRY,
-)
+@shared_task(**_LOOKUP_TASK)
 def measure_batch(execution_id: str, keys: list[str]) -> None:
     """Several lookups of a frontier, run at the same time (see `_lookup_tasks`)."""
     _run_lookups(execution_id, keys)
