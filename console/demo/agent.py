@@ -210,11 +210,11 @@ class Outcome:
     tool: str | None = None  # server/tool the record is for (the one chosen, for an intended change)
 
 
-def gateway_params(env: Mapping[str, str] | None = None) -> StdioServerParameters:
+def gateway_params(env: Mapping[str, str]) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=[str(REPO / "manage.py"), "mcp_gateway", "--principal", REQUESTER],
-        env=dict(env if env is not None else os.environ),
+        env=dict(env),
         cwd=str(REPO),
     )
 
@@ -244,18 +244,14 @@ async def _drive(
             )
 
 
-def run_through_gateway(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
-    anyio.run(_drive, gateway_params(env), scenarios(datetime.now(UTC)), report)
+def run_through_gateway(report: Callable[[Outcome], None]) -> None:
+    anyio.run(_drive, gateway_params(os.environ), scenarios(datetime.now(UTC)), report)
 
 
-def run_lookup_in_flight(report: Callable[[Outcome], None], env: Mapping[str, str] | None = None) -> None:
+def run_lookup_in_flight(report: Callable[[Outcome], None]) -> None:
     """Through a gateway whose lookups go to an in-memory queue no worker reads: the call waits, then says
     the lookups are still running, and the execution stays at `measure`."""
-    queued = {
-        **(env if env is not None else os.environ),
-        "PREFLIGHT_EAGER_TASKS": "0",
-        "REDIS_URL": "memory://",
-    }
+    queued = {**os.environ, "PREFLIGHT_EAGER_TASKS": "0", "REDIS_URL": "memory://"}
     in_flight = Scenario(
         "a balance lookup still in flight",
         "transfer_funds",
