@@ -205,7 +205,6 @@ class Outcome:
     verdict: str
     outcome: str | None
     turns: int
-    error: bool
     console_url: str | None = None
     tool: str | None = None  # server/tool the record is for (the one chosen, for an intended change)
 
@@ -237,7 +236,6 @@ async def _drive(
                     str(record.get("verdict")),
                     record.get("outcome"),
                     user.turns,
-                    bool(result.is_error),
                     record.get("console_url"),
                     record.get("tool"),
                 )
