@@ -12,7 +12,6 @@ show up in a later balance. Here one state lives as long as the process, which i
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -71,6 +70,5 @@ def tool_definitions(server: str) -> list[dict[str, Any]]:
     """The ``tools/list`` answer the MCP server would give, for catalog import without a server process."""
     tools = {bank.SERVER: _bank, shop.SERVER: _shop}[server]
     return [
-        json.loads(tool.definition.model_dump_json(by_alias=True, exclude_none=True))
-        for tool in tools.values()
+        tool.definition.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in tools.values()
     ]
