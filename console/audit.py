@@ -22,7 +22,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console import queries
-from console.models import AuditChain, AuditEvent
+from console.models import AuditChain, AuditEvent, PreflightRecord
+from console.storage import record_body_digest
 from preflight.canonical import canonical_json
 
 GENESIS = "sha256:" + "0" * 64
@@ -242,9 +243,6 @@ def _anchors() -> dict[int, dict[int, tuple[int, str]]]:
 def verify_all() -> ChainReport:
     """Walk every audit chain (checking each against the heads chain 0 anchored for it), then check every
     stored preflight record against its own digest."""
-    from console.models import PreflightRecord
-    from console.storage import record_body_digest
-
     events = 0
     head = None
     chains = sorted({0, *AuditEvent.objects.values_list("chain", flat=True).distinct()})
