@@ -5,7 +5,6 @@ Run: ``python -m console.demo.bank --transport stdio``, or ``--transport http --
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,7 +80,7 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
 
 def make_tools() -> Sequence[DemoTool]:
     """Fresh tools over fresh state: every server process (and every test) starts from OPENING_BALANCES."""
-    balances = copy.deepcopy(OPENING_BALANCES)
+    balances = dict(OPENING_BALANCES)
     transfers: list[dict[str, Any]] = []
 
     def get_balance(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ Run: ``python -m console.demo.shop --transport stdio``, or ``--transport http --
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,7 +81,7 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
 
 def make_tools() -> Sequence[DemoTool]:
     """Fresh tools over fresh state: every server process (and every test) starts from OPENING_STOCK."""
-    stock = copy.deepcopy(OPENING_STOCK)
+    stock = dict(OPENING_STOCK)
     orders: list[dict[str, Any]] = []
 
     def get_stock(arguments: dict[str, Any]) -> dict[str, Any]:
