@@ -63,12 +63,6 @@ def chain_of(execution_id: str | None) -> int:
     return uuid.UUID(execution_id).int % chains
 
 
-def _chain_head(chain: int = 0) -> tuple[int, str]:
-    """(seq, hash) of the last event of a chain as stored; (0, GENESIS) for an empty one."""
-    row = AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
-    return (int(row[0]), str(row[1])) if row else (0, GENESIS)
-
-
 def _lock_heads(events: list[AuditEvent]) -> dict[int, tuple[int, str]]:
     """{chain: (seq, hash)} of the events' chains' heads before them, locked until commit, in chain order
     (two actions never wait on each other's in a cycle)."""
@@ -221,9 +215,9 @@ def audit_anchor() -> int:
     anchored head unseen (`verify_all`). The sweep runs it; returns how many heads it anchored."""
     heads = {}
     for chain in range(1, settings.PREFLIGHT_AUDIT_CHAINS):
-        seq, head = _chain_head(chain)
-        if seq:
-            heads[str(chain)] = [seq, head]
+        last = AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
+        if last:  # an empty chain has no head to anchor
+            heads[str(chain)] = [int(last[0]), str(last[1])]
     if heads:
         with transaction.atomic():
             audit_append(kind="anchor", execution_id=None, body={"heads": heads})
