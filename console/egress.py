@@ -16,7 +16,7 @@ import ipaddress
 import re
 import socket
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,10 +214,3 @@ def check_command(command: Any, *, what: str = "command") -> list[str]:
             f"{what}: {argv!r} is not one of this deployment's PREFLIGHT_MCP_STDIO_ALLOW command lines",
         )
     return argv
-
-
-def stdio_environment() -> dict[str, str]:
-    """The whole environment a stdio server gets: fixed by the deployment, nothing from the parent's
-    secrets, nothing from a connector."""
-    env: Mapping[str, str] = settings.PREFLIGHT_MCP_STDIO_ENV
-    return dict(env)

@@ -239,7 +239,8 @@ async def open_client(connector: Mapping[str, Any], stack: AsyncExitStack, errlo
         params = StdioServerParameters(
             command=command[0],
             args=list(command[1:]),
-            env=egress.stdio_environment(),
+            # The whole environment: the deployment's, nothing from this process's secrets or a connector.
+            env=dict(settings.PREFLIGHT_MCP_STDIO_ENV),
             cwd=str(settings.PREFLIGHT_MCP_STDIO_CWD),
         )
         # stdio_client directly rather than Client(StdioServerParameters): only this way can the server's
