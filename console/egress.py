@@ -75,10 +75,9 @@ def _port(text: str | None) -> int | None:
 
 def _ip(host: str) -> IPAddress | None:
     try:
-        address = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host)
     except ValueError:
         return None
-    return address
 
 
 def _mapped(host: str) -> bool:
