@@ -12,7 +12,7 @@ from .checklist import FixedObligation
 from .confirmations import CONFIRM_PREFIX
 from .consent import Consent
 from .contract import SlotConfig
-from .plan import NodePlan, PropInfo, compile_node
+from .plan import PropInfo
 from .record import Finding, Gap, GapClass, Owner, Question, Route, SlotApproval, SlotKind, SlotState
 from .resolve import NOT_A_TIMING, timing_of
 from .schema import BranchGroup, ObjectNode, Property, select_branches
@@ -154,15 +154,8 @@ class Materialize(Consent):
             return
         self.walk_node(self.plan.root)
 
-    def node_plan(self, node: ObjectNode) -> NodePlan:
-        found = self.plan.nodes.get(node.location)
-        if found is None:  # not a node the plan walk saw: work it out for this call
-            props = {p.path: self.info(p) for p in node.properties.values()}
-            found = compile_node(node, props, self.plan.label_required)
-        return found
-
     def walk_node(self, node: ObjectNode) -> None:
-        np = self.node_plan(node)
+        np = self.plan.nodes[node.location]
         for item in node.unsupported:
             if item.value_only:
                 self.value_only.append((item, tuple(node.path.split(".")) if node.path else ()))

@@ -92,17 +92,8 @@ class RunState:
             self.gaps.append(Gap(slot.gap, slot.key, slot.detail or slot.label))
 
     def info(self, prop: Property) -> PropInfo:
-        found = self.plan.props.get(prop.path)
-        if found is None:  # a property reached only through a branch the plan walk did not see
-            cfg = self.contract.slot_config(prop.path)
-            found = PropInfo(
-                f"arg:{prop.path}",
-                cfg,
-                cfg.label or prop.path.replace("_", " "),
-                (),
-                "observed" in cfg.sources,
-            )
-        return found
+        # Every property of the plan's root tree, branches and nested objects too: the plan walk saw them all.
+        return self.plan.props[prop.path]
 
     def sanitize(self, text: str) -> str:
         # A question never names a tool: the user chooses outcomes, not implementations.
