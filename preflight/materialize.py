@@ -406,11 +406,7 @@ class Materialize(Consent):
         out: each becomes a slot like any other, and the whole-payload validation decides."""
         if self.extra_paths is None:
             # Computed once per run: most requests name declared arguments only, and then this is all.
-            declared = self.plan.arguments
-            extra = {p for p in self.request.candidates if p not in declared}
-            for mapping in (self.evidence.answers, self.evidence.presets, self.evidence.prior):
-                extra.update(k[4:] for k in mapping if k[:4] == "arg:" and k[4:] not in declared)
-            self.extra_paths = sorted(extra)
+            self.extra_paths = sorted(p for p in self.evidence_paths() if p not in self.plan.arguments)
         prefix = f"{node.path}." if node.path else ""
         skeletons: dict[str, list[str]] | None = None  # built at the first undeclared name in this object
         for path in self.extra_paths:
