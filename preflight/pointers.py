@@ -229,7 +229,8 @@ def check_pointer(
         # An empty list has nothing to point at, so no pointer can show the user asked for "none".
         return SpanCheck(ok=False, reason="unverifiable_value", text=None)
 
-    item_schema = _items_schema(schema)
+    items = schema.get("items") if schema is not None else None
+    item_schema = items if isinstance(items, Mapping) else None
     checks = [_check_scalar(conversation, s, v, item_schema) for s, v in zip(spans, value, strict=True)]
     texts = [c.text for c in checks]
     text = None if any(t is None for t in texts) else " | ".join(t for t in texts if t is not None)
@@ -349,13 +350,6 @@ def _joined(conversation: Sequence[Turn], spans: Sequence[Span]) -> str | None:
     if not texts or any(t is None for t in texts):
         return None
     return " | ".join(t for t in texts if t is not None)
-
-
-def _items_schema(schema: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    if schema is None:
-        return None
-    items = schema.get("items")
-    return items if isinstance(items, Mapping) else None
 
 
 def _is_verifiable_scalar(value: object) -> bool:
