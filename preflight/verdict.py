@@ -19,14 +19,12 @@ class Verdict(Materialize):
     """Stage: the payload and the verdict."""
 
     def payload(self) -> tuple[dict[str, Any] | None, bool | None, tuple[str, ...]]:
-        if self.plan.root is None:
+        validator = self.plan.validator
+        if validator is None:  # no inputSchema (the plan has no root either): no payload
             return None, None, ()
         payload = self.assemble()
         complete = not any(s.key.startswith(("arg:", "branch:", "schema:")) for s in self.unknown)
         if not complete:
-            return payload, None, ()
-        validator = self.plan.validator
-        if validator is None:
             return payload, None, ()
         try:
             if validator.is_valid(payload):
