@@ -4,8 +4,9 @@ from what is still empty."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
+from . import record
 from .confirmations import CONFIRM_PREFIX, CONSENT_KEY
 from .errors import SchemaUnusable
 from .materialize import Materialize
@@ -125,9 +126,7 @@ class Verdict(Materialize):
                     )
                 )
 
-    def count(
-        self, valid: bool | None, errors: tuple[str, ...]
-    ) -> Literal["execute", "ask", "measure", "hold", "block", "deferred"]:
+    def count(self, valid: bool | None, errors: tuple[str, ...]) -> record.Verdict:
         unknown = self.unknown
         blocks = [u for u in self.unmet if u.on_false == "block"]
         holds = [
