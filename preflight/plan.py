@@ -87,7 +87,6 @@ class Plan:
     rules: tuple[Checklist, ...]
     checklist_version: str
     fixed: tuple[FixedObligation, ...]
-    label_required: frozenset[str]
     label_consents: tuple[Label, ...]  # `[confirm] text` without a target: the user consents to the call
     arguments: frozenset[str]
     props: Mapping[str, PropInfo]
@@ -117,7 +116,6 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
         rules=tuple(rules),
         checklist_version=f"{stamp};contract={contract.digest[7:19]}",
         fixed=FIXED_CHECKLIST,
-        label_required=label_required,
         label_consents=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
         arguments=frozenset(props),
         props=props,
