@@ -39,7 +39,7 @@ import cel
 
 from preflight.errors import ExpressionError
 
-__all__ = ["HELPERS", "ROOTS", "Expression", "compile_expression", "evaluate", "evaluate_key"]
+__all__ = ["ROOTS", "Expression", "compile_expression", "evaluate", "evaluate_key"]
 
 ROOTS = ("arg", "measure", "principal", "env")
 

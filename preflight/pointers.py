@@ -32,7 +32,6 @@ __all__ = [
     "SpanCheck",
     "Turn",
     "check_pointer",
-    "decimal_mark",
     "is_instruction_turn",
     "values_match",
 ]
