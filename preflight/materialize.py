@@ -17,7 +17,7 @@ from .record import Finding, Gap, GapClass, Owner, Question, Route, SlotApproval
 from .resolve import NOT_A_TIMING, timing_of
 from .schema import BranchGroup, ObjectNode, Property, select_branches
 from .state import Resolution, pointer_json
-from .validation import same_json
+from .validation import same_json, schema_keys
 
 
 def settled_slot(
@@ -531,14 +531,6 @@ def _look_alike(name: str, skeletons: Mapping[str, Sequence[str]]) -> str | None
     return None
 
 
-def _has_ref(schema: Any) -> bool:
-    if isinstance(schema, Mapping):
-        return "$ref" in schema or any(_has_ref(v) for v in schema.values())
-    if isinstance(schema, list):
-        return any(_has_ref(v) for v in schema)
-    return False
-
-
 def question_schema(
     root: Mapping[str, Any] | None, schema: Mapping[str, Any], required: bool
 ) -> dict[str, Any]:
@@ -546,7 +538,7 @@ def question_schema(
     name them (so it stands alone), and null besides for an optional argument (null leaves it out)."""
     out = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
     defs = {}
-    if root is not None and _has_ref(schema):
+    if root is not None and "$ref" in schema_keys(schema):
         defs = {k: root[k] for k in ("$defs", "definitions") if isinstance(root.get(k), Mapping)}
     if not required:
         out = {"anyOf": [out, {"type": "null"}]}
