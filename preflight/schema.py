@@ -295,9 +295,8 @@ class _Builder:
             cond = self.conditional(schema, location, path, acc, scope)
             if cond is not None:
                 acc.conditionals.append(cond)
-        dep = schema.get("dependentRequired")
-        legacy = schema.get("dependencies")
-        for source_name, table in (("dependentRequired", dep), ("dependencies", legacy)):
+        for source_name in ("dependentRequired", "dependencies"):
+            table = schema.get(source_name)
             if not isinstance(table, Mapping):
                 continue
             for name, needs in table.items():
