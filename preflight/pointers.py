@@ -32,6 +32,7 @@ __all__ = [
     "SpanCheck",
     "Turn",
     "check_pointer",
+    "check_words",
     "is_instruction_turn",
     "values_match",
 ]
@@ -243,6 +244,12 @@ def check_pointer(
         # A list's order is part of its value (a route, a ranking): the user's order or none.
         return SpanCheck(ok=False, reason="elements_out_of_order", text=text)
     return SpanCheck(ok=True, reason=None, text=text)
+
+
+def check_words(conversation: Sequence[Turn], span: Span) -> SpanCheck:
+    """Confirm that `span` covers whole words from an instruction turn, whatever they say: free-form words
+    (an action's name, "now", "on Friday at 9") are no value to match, but they must be the user's own."""
+    return check_pointer(conversation, span, _locate(conversation, span)[1] or "\x00")
 
 
 def values_match(
