@@ -242,7 +242,7 @@ class Materialize(Consent):
     def branch_answers(self, node: ObjectNode) -> dict[str, int]:
         out = {}
         for group in node.groups:
-            a = self.answer(f"branch:{group.location}")
+            a = self.evidence.answers.get(f"branch:{group.location}")
             if a is None:
                 continue
             labels = [b.label for b in group.branches]

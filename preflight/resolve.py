@@ -188,7 +188,7 @@ class Resolve(RunState):
     def action_name_resolution(self, ob: FixedObligation) -> Resolution:
         res = Resolution()
         for source in ob.sources:
-            if source == "user_answer" and (a := self.answer(ob.key)) is not None:
+            if source == "user_answer" and (a := self.evidence.answers.get(ob.key)) is not None:
                 return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             if source == "instruction" and (span := self.request.action_name) is not None:
                 check = check_words(self.request.conversation, span)
@@ -210,7 +210,7 @@ class Resolve(RunState):
         res = Resolution()
         timing = self.request.timing
         for source in ob.sources:
-            a = self.answer(ob.key) if source == "user_answer" else None
+            a = self.evidence.answers.get(ob.key) if source == "user_answer" else None
             if a is not None and not self.reviewer_restores_timing(a, ob.sources):
                 return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             if source == "instruction" and timing is not None:

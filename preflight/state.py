@@ -10,7 +10,7 @@ from typing import Any, Literal
 from .plan import Plan, PropInfo
 from .pointers import Span
 from .record import Finding, Gap, MeasureRequest, Question, SlotState, Unmet
-from .request import Answer, Evidence, ExecutionRequest
+from .request import Evidence, ExecutionRequest
 from .schema import Property, Unsupported
 
 DefinedBy = Literal["provider", "policy", "user"]
@@ -78,9 +78,6 @@ class RunState:
         ]
         # argument paths the applicable rules make obligatory, beside the schema and the labels
         self.rule_required = frozenset(r.arg for _, r in self.rules if r.kind == "require" and r.arg)
-
-    def answer(self, key: str) -> Answer | None:
-        return self.evidence.answers.get(key)
 
     def add(self, slot: SlotState) -> None:
         self.slots.append(slot)
