@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import record
-from .confirmations import CONFIRM_PREFIX, CONSENT_KEY
+from .confirmations import CONSENT_KEY, is_user_yes_key
 from .errors import SchemaUnusable
 from .materialize import Materialize
 from .record import SlotState
@@ -138,8 +138,8 @@ class Verdict(Materialize):
         unmet_holds = [u for u in self.unmet if u.on_false == "hold"]
         # The user's yes/no to a value or the call: asked before a deferral (the user is here now, maybe not
         # at trigger time), after the lookups (a held call needs no yes).
-        yes_asks = [s for s in unknown if s.route == "ask_user" and s.key.startswith(_YES_PREFIXES)]
-        asks = [s for s in unknown if s.route == "ask_user" and not s.key.startswith(_YES_PREFIXES)]
+        yes_asks = [s for s in unknown if s.route == "ask_user" and is_user_yes_key(s.key)]
+        asks = [s for s in unknown if s.route == "ask_user" and not is_user_yes_key(s.key)]
         measures = [s for s in unknown if s.route == "measure"]
         confirms = self.confirms
         # A consent not askable yet (no valid payload) waits like an approval: last, and never an execute.
@@ -171,9 +171,6 @@ class Verdict(Materialize):
             return "hold"
         self.reasons.append("every obligation is settled and the payload is valid")
         return "execute"
-
-
-_YES_PREFIXES = (CONFIRM_PREFIX, CONSENT_KEY)
 
 
 def _responsible(
