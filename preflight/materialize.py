@@ -190,12 +190,9 @@ class Materialize(Consent):
         }
         values = {n: resolutions[n].value for n in grounded if n in resolutions}
         branch_answers = self.branch_answers(node)
-        base_required = required
-        expected = base_required | {
-            n for n in node.properties if node.properties[n].path in self.request.candidates
-        }
+        expected = required | {n for n, p in node.properties.items() if p.path in self.request.candidates}
         selection = select_branches(node, grounded, values, branch_answers, expected)
-        required = base_required | selection.required
+        required = required | selection.required
         for group in selection.open_groups:
             self.branch_slot(node, group)
         for group, complete in selection.conflicts:
