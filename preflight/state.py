@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from .contract import SOURCES
 from .plan import Plan, PropInfo
 from .pointers import Span
 from .record import Finding, Gap, MeasureRequest, Question, SlotState, Unmet
@@ -109,10 +110,7 @@ class RunState:
 
 
 # Findings are immutable, so the plain "nothing here" finding of each source is shared, not rebuilt.
-NO_RESULT = {
-    source: Finding(source, "no_result")
-    for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "principal", "contract")
-}
+NO_RESULT = {source: Finding(source, "no_result") for source in (*SOURCES, "contract")}
 
 
 def pointer_json(pointer: Span | tuple[Span, ...] | None) -> dict[str, Any] | None:
