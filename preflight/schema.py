@@ -257,9 +257,8 @@ class _Builder:
                     )
             if not self.ref_siblings:
                 return
-        stype = schema.get("type")
-        if stype is not None and stype != "object" and not (isinstance(stype, list) and "object" in stype):
-            self.limits(location, "type", f"arguments must be an object, not {stype!r}")
+        if not _is_object(schema):
+            self.limits(location, "type", f"arguments must be an object, not {schema['type']!r}")
         for key in schema:
             if key in _VALUE_ONLY:
                 self.limits(
