@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from jsonschema_specifications import REGISTRY as METASCHEMAS
-from referencing import Resource, Specification
+from referencing import Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT201909, DRAFT202012, specification_with
 
@@ -143,15 +143,11 @@ _SELF_NESTING = 2
 type _Scope = Resolver[Any] | None
 
 
-def _specification(schema: Mapping[str, Any]) -> Specification[Any]:
-    """The dialect the schema declares (`$schema`), Draft 2020-12 when it declares none or an unknown one."""
-    dialect = schema.get("$schema")
-    return specification_with(dialect if isinstance(dialect, str) else "", default=DRAFT202012)
-
-
 class _Builder:
     def __init__(self, root: Mapping[str, Any]) -> None:
-        self.spec = _specification(root)
+        # The dialect the schema declares (`$schema`), Draft 2020-12 when it declares none or an unknown one.
+        dialect = root.get("$schema")
+        self.spec = specification_with(dialect if isinstance(dialect, str) else "", default=DRAFT202012)
         self.root = root
         self.resolver: Resolver[Any] | None = None  # built at the first reference: most schemas have none
         # Before 2019-09 a `$ref` replaces its siblings; since then they apply beside it.
