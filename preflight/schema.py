@@ -462,8 +462,7 @@ def find_property(node: ObjectNode, path: str) -> tuple[Property, bool] | None:
 
 def compile_object(schema: Mapping[str, Any]) -> ObjectNode:
     """Compile a root `inputSchema` (already checked against its metaschema)."""
-    builder = _Builder(schema)
-    return builder.node(schema, "#", "", None)
+    return _Builder(schema).node(schema, "#", "", None)
 
 
 def select_branches(
