@@ -276,7 +276,7 @@ class Materialize(Consent):
                 defined_by="provider",
                 label=label,
                 labels=labels,
-                approval=self.value_approval(key, res, approve=info.approve),
+                approval=self.value_approval(key, res, approve=cfg.approve),
                 detail=self.edit_detail(res),
                 candidate=res.candidate,
                 unverified=res.unverified,

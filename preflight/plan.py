@@ -63,7 +63,6 @@ class PropInfo:
     labels: tuple[str, ...]
     observed: bool = False  # "observed" is among its sources: it may read other arguments
     confirm: bool = False  # "confirm" is among its labels: the requesting user confirms the value
-    approve: bool = False  # `confirm: {"by": "approver"}`: an approver approves the value
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +165,6 @@ def _walk(
                 tags,
                 "observed" in cfg.sources,
                 "confirm" in tags,
-                cfg.approve,
             )
             if prop.child is not None:
                 walk(prop.child)
