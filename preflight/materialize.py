@@ -482,7 +482,6 @@ _INTENT_LABELS = {"fixed:action_name": "what should be done", "fixed:timing": "w
 _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:action_name": {"type": "string", "minLength": 1},
     "fixed:timing": {"oneOf": [{"const": "immediate"}, {"type": "string", "format": "date-time"}]},
-    "fixed:tool": {"type": "integer"},
     "fixed:intended_change": {"type": "string"},
 }
 
