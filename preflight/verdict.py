@@ -62,8 +62,7 @@ class Verdict(Materialize):
         settled = {p for p, s in self.arg_slots.items() if s.status != "unknown"}
         refusals: dict[str, tuple[str, bool]] = {}
         unblamed: list[str] = []
-        located = validator.located_errors(payload)
-        for where, message in located:
+        for where, message in validator.located_errors(payload):
             parts = [str(x) for x in where]
             owner = next(
                 (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in settled),
