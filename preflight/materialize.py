@@ -260,7 +260,7 @@ class Materialize(Consent):
         )
 
     def arg_slot(self, prop: Property, res: Resolution, required: bool, info: PropInfo | None = None) -> None:
-        info = info or self.info(prop)
+        info = info or self.plan.props[prop.path]
         cfg, key, label, labels = info.config, info.key, info.label, info.labels
         self.arg_props[prop.path] = (prop, required)
         if res.refused is not None and res.status != "unknown":
@@ -344,7 +344,7 @@ class Materialize(Consent):
         """A value the tool's schema refuses (or has no setting for): it settles nothing. A user-answerable
         slot is asked again with the reason, anything else holds: nobody may settle it now."""
         prop, required = self.arg_props.get(path, (None, False))
-        info = self.info(prop) if prop is not None else None
+        info = self.plan.props[prop.path] if prop is not None else None
         cfg = info.config if info is not None else self.contract.slot_config(path)
         label = info.label if info is not None else path.replace("_", " ").replace(".", " ")
         key = f"arg:{path}"

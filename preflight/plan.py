@@ -88,7 +88,7 @@ class Plan:
     fixed: tuple[FixedObligation, ...]
     label_consents: tuple[Label, ...]  # `[confirm] text` without a target: the user consents to the call
     arguments: frozenset[str]
-    props: Mapping[str, PropInfo]
+    props: Mapping[str, PropInfo]  # by path: every property in the root's tree (branches, nested objects)
     nodes: Mapping[str, NodePlan]  # by node location
     notices: tuple[str, ...]
 

@@ -258,7 +258,7 @@ class Resolve(RunState):
         done = self.resolved.get(prop.path)
         if done is not None:
             return done
-        cfg = (info or self.info(prop)).config
+        cfg = (info or self.plan.props[prop.path]).config
         res = self.walk_sources(
             f"arg:{prop.path}", cfg.sources, path=prop.path, schema=prop.schema, config=cfg
         )

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from .contract import SOURCES
-from .plan import Plan, PropInfo
+from .plan import Plan
 from .pointers import Span
 from .record import Finding, Gap, MeasureRequest, Question, SlotState, Unmet
 from .request import Evidence, ExecutionRequest
@@ -88,10 +88,6 @@ class RunState:
             self.confirms.append(slot)
         if slot.gap is not None:
             self.gaps.append(Gap(slot.gap, slot.key, slot.detail or slot.label))
-
-    def info(self, prop: Property) -> PropInfo:
-        # Every property of the plan's root tree, branches and nested objects too: the plan walk saw them all.
-        return self.plan.props[prop.path]
 
     def sanitize(self, text: str) -> str:
         # A question never names a tool: the user chooses outcomes, not implementations.
