@@ -190,7 +190,7 @@ def rememberable(plan: Plan | None, key: str) -> bool:
 
 
 def _unasked_schema(plan: Plan | None, key: str) -> Mapping[str, Any] | None:
-    if key in _INTENT_SCHEMAS and key != "fixed:tool":
+    if key in _INTENT_SCHEMAS:
         return _INTENT_SCHEMAS[key]
     if not key.startswith("arg:") or plan is None or plan.root is None:
         return None

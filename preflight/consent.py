@@ -12,7 +12,6 @@ from .confirmations import CONFIRM_PREFIX, CONSENT_KEY, bound_state
 from .errors import ExpressionError
 from .expressions import evaluate_key
 from .record import Finding, Question, SlotApproval, SlotState, Unmet
-from .request import Answer
 from .state import NO_RESULT, Resolution
 from .summary import spell_unseen
 
@@ -52,16 +51,11 @@ class Consent(Conditions):
         state = approval_state(self.evidence.approvals, key, res.value, excluding=editor)
         return slot_approval(state)
 
-    def user_yes(self, key: str, bound_digest: str) -> tuple[str, Answer | None]:
-        """The state of the requesting user's yes/no for `key` bound to `bound_digest`. An answer recorded
-        as anyone else's (a reviewer's) is not the user's, so it counts as no answer at all."""
-        a = self.evidence.answers.get(key)
-        if a is None or a.answered_by != self.request.principal:
-            return "none", None
-        return bound_state(a.value, bound_digest), a
-
     def bound_slot(self, key: str, label: str, bound_digest: str, question: Question, declined: str) -> None:
-        state, a = self.user_yes(key, bound_digest)
+        a = self.evidence.answers.get(key)
+        if a is not None and a.answered_by != self.request.principal:
+            a = None  # an answer recorded as anyone else's (a reviewer's) is not the user's: no answer at all
+        state = bound_state(a.value, bound_digest) if a is not None else "none"
         pointer = {"answer": a.id, "by": a.answered_by, "digest": bound_digest} if a is not None else None
         if state in ("yes", "no"):
             # The user's no to exactly this: recorded, and the call does not run while it stands.

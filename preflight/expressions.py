@@ -39,7 +39,7 @@ import cel
 
 from preflight.errors import ExpressionError
 
-__all__ = ["HELPERS", "ROOTS", "Expression", "compile_expression", "evaluate", "evaluate_key"]
+__all__ = ["ROOTS", "Expression", "compile_expression", "evaluate", "evaluate_key"]
 
 ROOTS = ("arg", "measure", "principal", "env")
 
@@ -125,7 +125,7 @@ def compile_expression(source: str) -> Expression:
     # so the expression waits for more rather than being evaluated too early.
     for root in names:
         if not any(read == root or read.startswith(f"{root}:") for read in reads):
-            reads.add(_whole(root))
+            reads.add("principal" if root == "principal" else f"{root}:*")
     roots = frozenset(read.partition(":")[0] for read in reads)
     helpers = frozenset(program.functions()) & HELPERS.keys()
     return Expression(source, frozenset(reads), program, roots, helpers)
@@ -198,10 +198,6 @@ def _plain(values: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(values, dict | MappingProxyType):
         return values
     return dict(values)
-
-
-def _whole(root: str) -> str:
-    return "principal" if root == "principal" else f"{root}:*"
 
 
 def _reads(code: str) -> set[str]:

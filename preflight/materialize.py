@@ -12,12 +12,12 @@ from .checklist import FixedObligation
 from .confirmations import CONFIRM_PREFIX
 from .consent import Consent
 from .contract import SlotConfig
-from .plan import NodePlan, PropInfo, compile_node
+from .plan import PropInfo
 from .record import Finding, Gap, GapClass, Owner, Question, Route, SlotApproval, SlotKind, SlotState
 from .resolve import NOT_A_TIMING, timing_of
 from .schema import BranchGroup, ObjectNode, Property, select_branches
 from .state import Resolution, pointer_json
-from .validation import same_json
+from .validation import same_json, schema_keys
 
 
 def settled_slot(
@@ -154,15 +154,8 @@ class Materialize(Consent):
             return
         self.walk_node(self.plan.root)
 
-    def node_plan(self, node: ObjectNode) -> NodePlan:
-        found = self.plan.nodes.get(node.location)
-        if found is None:  # not a node the plan walk saw: work it out for this call
-            props = {p.path: self.info(p) for p in node.properties.values()}
-            found = compile_node(node, props, self.plan.label_required)
-        return found
-
     def walk_node(self, node: ObjectNode) -> None:
-        np = self.node_plan(node)
+        np = self.plan.nodes[node.location]
         for item in node.unsupported:
             if item.value_only:
                 self.value_only.append((item, tuple(node.path.split(".")) if node.path else ()))
@@ -197,12 +190,9 @@ class Materialize(Consent):
         }
         values = {n: resolutions[n].value for n in grounded if n in resolutions}
         branch_answers = self.branch_answers(node)
-        base_required = required
-        expected = base_required | {
-            n for n in node.properties if node.properties[n].path in self.request.candidates
-        }
+        expected = required | {n for n, p in node.properties.items() if p.path in self.request.candidates}
         selection = select_branches(node, grounded, values, branch_answers, expected)
-        required = base_required | selection.required
+        required = required | selection.required
         for group in selection.open_groups:
             self.branch_slot(node, group)
         for group, complete in selection.conflicts:
@@ -249,7 +239,7 @@ class Materialize(Consent):
     def branch_answers(self, node: ObjectNode) -> dict[str, int]:
         out = {}
         for group in node.groups:
-            a = self.answer(f"branch:{group.location}")
+            a = self.evidence.answers.get(f"branch:{group.location}")
             if a is None:
                 continue
             labels = [b.label for b in group.branches]
@@ -270,7 +260,7 @@ class Materialize(Consent):
         )
 
     def arg_slot(self, prop: Property, res: Resolution, required: bool, info: PropInfo | None = None) -> None:
-        info = info or self.info(prop)
+        info = info or self.plan.props[prop.path]
         cfg, key, label, labels = info.config, info.key, info.label, info.labels
         self.arg_props[prop.path] = (prop, required)
         if res.refused is not None and res.status != "unknown":
@@ -286,7 +276,7 @@ class Materialize(Consent):
                 defined_by="provider",
                 label=label,
                 labels=labels,
-                approval=self.value_approval(key, res, approve=info.approve),
+                approval=self.value_approval(key, res, approve=cfg.approve),
                 detail=self.edit_detail(res),
                 candidate=res.candidate,
                 unverified=res.unverified,
@@ -354,7 +344,7 @@ class Materialize(Consent):
         """A value the tool's schema refuses (or has no setting for): it settles nothing. A user-answerable
         slot is asked again with the reason, anything else holds: nobody may settle it now."""
         prop, required = self.arg_props.get(path, (None, False))
-        info = self.info(prop) if prop is not None else None
+        info = self.plan.props[prop.path] if prop is not None else None
         cfg = info.config if info is not None else self.contract.slot_config(path)
         label = info.label if info is not None else path.replace("_", " ").replace(".", " ")
         key = f"arg:{path}"
@@ -413,11 +403,7 @@ class Materialize(Consent):
         out: each becomes a slot like any other, and the whole-payload validation decides."""
         if self.extra_paths is None:
             # Computed once per run: most requests name declared arguments only, and then this is all.
-            declared = self.plan.arguments
-            extra = {p for p in self.request.candidates if p not in declared}
-            for mapping in (self.evidence.answers, self.evidence.presets, self.evidence.prior):
-                extra.update(k[4:] for k in mapping if k[:4] == "arg:" and k[4:] not in declared)
-            self.extra_paths = sorted(extra)
+            self.extra_paths = sorted(p for p in self.evidence_paths() if p not in self.plan.arguments)
         prefix = f"{node.path}." if node.path else ""
         skeletons: dict[str, list[str]] | None = None  # built at the first undeclared name in this object
         for path in self.extra_paths:
@@ -496,7 +482,6 @@ _INTENT_LABELS = {"fixed:action_name": "what should be done", "fixed:timing": "w
 _INTENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "fixed:action_name": {"type": "string", "minLength": 1},
     "fixed:timing": {"oneOf": [{"const": "immediate"}, {"type": "string", "format": "date-time"}]},
-    "fixed:tool": {"type": "integer"},
     "fixed:intended_change": {"type": "string"},
 }
 
@@ -542,14 +527,6 @@ def _look_alike(name: str, skeletons: Mapping[str, Sequence[str]]) -> str | None
     return None
 
 
-def _has_ref(schema: Any) -> bool:
-    if isinstance(schema, Mapping):
-        return "$ref" in schema or any(_has_ref(v) for v in schema.values())
-    if isinstance(schema, list):
-        return any(_has_ref(v) for v in schema)
-    return False
-
-
 def question_schema(
     root: Mapping[str, Any] | None, schema: Mapping[str, Any], required: bool
 ) -> dict[str, Any]:
@@ -557,7 +534,7 @@ def question_schema(
     name them (so it stands alone), and null besides for an optional argument (null leaves it out)."""
     out = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
     defs = {}
-    if root is not None and _has_ref(schema):
+    if root is not None and "$ref" in schema_keys(schema):
         defs = {k: root[k] for k in ("$defs", "definitions") if isinstance(root.get(k), Mapping)}
     if not required:
         out = {"anyOf": [out, {"type": "null"}]}

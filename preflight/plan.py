@@ -63,7 +63,6 @@ class PropInfo:
     labels: tuple[str, ...]
     observed: bool = False  # "observed" is among its sources: it may read other arguments
     confirm: bool = False  # "confirm" is among its labels: the requesting user confirms the value
-    approve: bool = False  # `confirm: {"by": "approver"}`: an approver approves the value
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +86,9 @@ class Plan:
     rules: tuple[Checklist, ...]
     checklist_version: str
     fixed: tuple[FixedObligation, ...]
-    label_required: frozenset[str]
     label_consents: tuple[Label, ...]  # `[confirm] text` without a target: the user consents to the call
     arguments: frozenset[str]
-    props: Mapping[str, PropInfo]
+    props: Mapping[str, PropInfo]  # by path: every property in the root's tree (branches, nested objects)
     nodes: Mapping[str, NodePlan]  # by node location
     notices: tuple[str, ...]
 
@@ -117,7 +115,6 @@ def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Pla
         rules=tuple(rules),
         checklist_version=f"{stamp};contract={contract.digest[7:19]}",
         fixed=FIXED_CHECKLIST,
-        label_required=label_required,
         label_consents=tuple(lb for lb in labels if lb.tag == "confirm" and not lb.target),
         arguments=frozenset(props),
         props=props,
@@ -168,7 +165,6 @@ def _walk(
                 tags,
                 "observed" in cfg.sources,
                 "confirm" in tags,
-                cfg.approve,
             )
             if prop.child is not None:
                 walk(prop.child)

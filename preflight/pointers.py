@@ -32,7 +32,7 @@ __all__ = [
     "SpanCheck",
     "Turn",
     "check_pointer",
-    "decimal_mark",
+    "check_words",
     "is_instruction_turn",
     "values_match",
 ]
@@ -229,7 +229,8 @@ def check_pointer(
         # An empty list has nothing to point at, so no pointer can show the user asked for "none".
         return SpanCheck(ok=False, reason="unverifiable_value", text=None)
 
-    item_schema = _items_schema(schema)
+    items = schema.get("items") if schema is not None else None
+    item_schema = items if isinstance(items, Mapping) else None
     checks = [_check_scalar(conversation, s, v, item_schema) for s, v in zip(spans, value, strict=True)]
     texts = [c.text for c in checks]
     text = None if any(t is None for t in texts) else " | ".join(t for t in texts if t is not None)
@@ -243,6 +244,12 @@ def check_pointer(
         # A list's order is part of its value (a route, a ranking): the user's order or none.
         return SpanCheck(ok=False, reason="elements_out_of_order", text=text)
     return SpanCheck(ok=True, reason=None, text=text)
+
+
+def check_words(conversation: Sequence[Turn], span: Span) -> SpanCheck:
+    """Confirm that `span` covers whole words from an instruction turn, whatever they say: free-form words
+    (an action's name, "now", "on Friday at 9") are no value to match, but they must be the user's own."""
+    return check_pointer(conversation, span, _locate(conversation, span)[1] or "\x00")
 
 
 def values_match(
@@ -349,13 +356,6 @@ def _joined(conversation: Sequence[Turn], spans: Sequence[Span]) -> str | None:
     if not texts or any(t is None for t in texts):
         return None
     return " | ".join(t for t in texts if t is not None)
-
-
-def _items_schema(schema: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    if schema is None:
-        return None
-    items = schema.get("items")
-    return items if isinstance(items, Mapping) else None
 
 
 def _is_verifiable_scalar(value: object) -> bool:

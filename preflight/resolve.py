@@ -12,9 +12,9 @@ from .checklist import FixedObligation
 from .contract import MeasureSpec, SlotConfig
 from .errors import SchemaUnusable
 from .plan import Bounded, PropInfo
-from .pointers import Span, check_pointer
+from .pointers import check_pointer, check_words
 from .record import Finding, MeasureRequest
-from .request import Answer, Candidate, ExecutionRequest, Observation
+from .request import Answer, Candidate, Observation
 from .schema import Property, find_property
 from .state import NO_RESULT, Resolution, RunState, pointer_json
 from .validation import same_json
@@ -188,13 +188,12 @@ class Resolve(RunState):
     def action_name_resolution(self, ob: FixedObligation) -> Resolution:
         res = Resolution()
         for source in ob.sources:
-            if source == "user_answer" and (a := self.answer(ob.key)) is not None:
+            if source == "user_answer" and (a := self.evidence.answers.get(ob.key)) is not None:
                 return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             if source == "instruction" and (span := self.request.action_name) is not None:
-                text = _span_text(self.request, span)
-                check = check_pointer(self.request.conversation, span, text or "\x00", None)
-                if check.ok and text and text.strip():
-                    return self._found(res, source, text, pointer_json(span))
+                check = check_words(self.request.conversation, span)
+                if check.ok:
+                    return self._found(res, source, check.text, pointer_json(span))
                 res.findings.append(
                     Finding(
                         source,
@@ -211,7 +210,7 @@ class Resolve(RunState):
         res = Resolution()
         timing = self.request.timing
         for source in ob.sources:
-            a = self.answer(ob.key) if source == "user_answer" else None
+            a = self.evidence.answers.get(ob.key) if source == "user_answer" else None
             if a is not None and not self.reviewer_restores_timing(a, ob.sources):
                 return self._found(res, source, a.value, {"answer": a.id, "by": a.answered_by})
             if source == "instruction" and timing is not None:
@@ -223,11 +222,10 @@ class Resolve(RunState):
                         Finding(source, "no_result", detail="timing proposed without a pointer")
                     )
                     continue
-                text = _span_text(self.request, timing.pointer)
-                check = check_pointer(self.request.conversation, timing.pointer, text or "\x00", None)
+                check = check_words(self.request.conversation, timing.pointer)
                 # Free-form time words ("now", "on Friday at 9") cannot be matched to a value; the pointer
                 # must still land on the user's own words, and the reviewer sees them.
-                if check.ok and text and text.strip():
+                if check.ok:
                     return self._found(res, source, value, pointer_json(timing.pointer))
                 res.unverified = True
                 res.findings.append(
@@ -254,15 +252,13 @@ class Resolve(RunState):
         at = timing_of(a.value)
         if at is NOT_A_TIMING or at != (timing.at.astimezone(UTC) if timing.at else None):
             return False
-        text = _span_text(self.request, timing.pointer)
-        check = check_pointer(self.request.conversation, timing.pointer, text or "\x00", None)
-        return check.ok and bool(text and text.strip())
+        return check_words(self.request.conversation, timing.pointer).ok
 
     def resolve_prop(self, prop: Property, info: PropInfo | None = None) -> Resolution:
         done = self.resolved.get(prop.path)
         if done is not None:
             return done
-        cfg = (info or self.info(prop)).config
+        cfg = (info or self.plan.props[prop.path]).config
         res = self.walk_sources(
             f"arg:{prop.path}", cfg.sources, path=prop.path, schema=prop.schema, config=cfg
         )
@@ -381,14 +377,6 @@ def timing_of(value: Any) -> datetime | object | None:
 
 
 _ABSENT: Final = object()
-
-
-def _span_text(request: ExecutionRequest, span: Span) -> str | None:
-    if 0 <= span.turn < len(request.conversation):
-        content = request.conversation[span.turn].content
-        if 0 <= span.start < span.end <= len(content):
-            return content[span.start : span.end]
-    return None
 
 
 def _observation_json(obs: Observation) -> dict[str, Any]:

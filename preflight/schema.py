@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from jsonschema_specifications import REGISTRY as METASCHEMAS
-from referencing import Resource, Specification
+from referencing import Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT201909, DRAFT202012, specification_with
 
@@ -143,15 +143,11 @@ _SELF_NESTING = 2
 type _Scope = Resolver[Any] | None
 
 
-def _specification(schema: Mapping[str, Any]) -> Specification[Any]:
-    """The dialect the schema declares (`$schema`), Draft 2020-12 when it declares none or an unknown one."""
-    dialect = schema.get("$schema")
-    return specification_with(dialect if isinstance(dialect, str) else "", default=DRAFT202012)
-
-
 class _Builder:
     def __init__(self, root: Mapping[str, Any]) -> None:
-        self.spec = _specification(root)
+        # The dialect the schema declares (`$schema`), Draft 2020-12 when it declares none or an unknown one.
+        dialect = root.get("$schema")
+        self.spec = specification_with(dialect if isinstance(dialect, str) else "", default=DRAFT202012)
         self.root = root
         self.resolver: Resolver[Any] | None = None  # built at the first reference: most schemas have none
         # Before 2019-09 a `$ref` replaces its siblings; since then they apply beside it.
@@ -257,9 +253,8 @@ class _Builder:
                     )
             if not self.ref_siblings:
                 return
-        stype = schema.get("type")
-        if stype is not None and stype != "object" and not (isinstance(stype, list) and "object" in stype):
-            self.limits(location, "type", f"arguments must be an object, not {stype!r}")
+        if not _is_object(schema):
+            self.limits(location, "type", f"arguments must be an object, not {schema['type']!r}")
         for key in schema:
             if key in _VALUE_ONLY:
                 self.limits(
@@ -295,9 +290,8 @@ class _Builder:
             cond = self.conditional(schema, location, path, acc, scope)
             if cond is not None:
                 acc.conditionals.append(cond)
-        dep = schema.get("dependentRequired")
-        legacy = schema.get("dependencies")
-        for source_name, table in (("dependentRequired", dep), ("dependencies", legacy)):
+        for source_name in ("dependentRequired", "dependencies"):
+            table = schema.get(source_name)
             if not isinstance(table, Mapping):
                 continue
             for name, needs in table.items():
@@ -468,8 +462,7 @@ def find_property(node: ObjectNode, path: str) -> tuple[Property, bool] | None:
 
 def compile_object(schema: Mapping[str, Any]) -> ObjectNode:
     """Compile a root `inputSchema` (already checked against its metaschema)."""
-    builder = _Builder(schema)
-    return builder.node(schema, "#", "", None)
+    return _Builder(schema).node(schema, "#", "", None)
 
 
 def select_branches(

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from .plan import Plan, PropInfo
+from .contract import SOURCES
+from .plan import Plan
 from .pointers import Span
 from .record import Finding, Gap, MeasureRequest, Question, SlotState, Unmet
-from .request import Answer, Evidence, ExecutionRequest
+from .request import Evidence, ExecutionRequest
 from .schema import Property, Unsupported
 
 DefinedBy = Literal["provider", "policy", "user"]
@@ -79,9 +80,6 @@ class RunState:
         # argument paths the applicable rules make obligatory, beside the schema and the labels
         self.rule_required = frozenset(r.arg for _, r in self.rules if r.kind == "require" and r.arg)
 
-    def answer(self, key: str) -> Answer | None:
-        return self.evidence.answers.get(key)
-
     def add(self, slot: SlotState) -> None:
         self.slots.append(slot)
         if slot.status == "unknown":
@@ -90,19 +88,6 @@ class RunState:
             self.confirms.append(slot)
         if slot.gap is not None:
             self.gaps.append(Gap(slot.gap, slot.key, slot.detail or slot.label))
-
-    def info(self, prop: Property) -> PropInfo:
-        found = self.plan.props.get(prop.path)
-        if found is None:  # a property reached only through a branch the plan walk did not see
-            cfg = self.contract.slot_config(prop.path)
-            found = PropInfo(
-                f"arg:{prop.path}",
-                cfg,
-                cfg.label or prop.path.replace("_", " "),
-                (),
-                "observed" in cfg.sources,
-            )
-        return found
 
     def sanitize(self, text: str) -> str:
         # A question never names a tool: the user chooses outcomes, not implementations.
@@ -121,10 +106,7 @@ class RunState:
 
 
 # Findings are immutable, so the plain "nothing here" finding of each source is shared, not rebuilt.
-NO_RESULT = {
-    source: Finding(source, "no_result")
-    for source in ("user_answer", "instruction", "preset", "observed", "prior_state", "principal", "contract")
-}
+NO_RESULT = {source: Finding(source, "no_result") for source in (*SOURCES, "contract")}
 
 
 def pointer_json(pointer: Span | tuple[Span, ...] | None) -> dict[str, Any] | None:

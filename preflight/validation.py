@@ -21,7 +21,7 @@ from referencing.exceptions import Unresolvable
 
 from .errors import SchemaUnusable
 
-__all__ = ["NO_RETRIEVAL", "PayloadValidator", "same_json"]
+__all__ = ["NO_RETRIEVAL", "PayloadValidator", "same_json", "schema_keys"]
 
 # An empty registry: a `$ref` that the schema itself does not resolve is unresolvable, never fetched over the
 # network (jsonschema's default would open the URL: a tool definition must not make the gate call out).
@@ -54,7 +54,7 @@ class PayloadValidator:
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-        keys = _keys(schema)
+        keys = schema_keys(schema)
         checking = _COMPATIBLE.get(cls, cls) if "dependencies" in keys else cls
         self.slow = checking(schema, format_checker=cls.FORMAT_CHECKER, registry=NO_RETRIEVAL)
         self.dialect = cls
@@ -106,7 +106,7 @@ class PayloadValidator:
         if kept:
             entry = self.parts.get(id(schema))
             if entry is None or entry[0] is not schema:
-                entry = (schema, _rust(self.dialect, schema, _keys(schema)))
+                entry = (schema, _rust(self.dialect, schema, schema_keys(schema)))
                 if len(self.parts) >= 1024:
                     self.parts.clear()  # plans recompiled over a long run: their old parts go
                 self.parts[id(schema)] = entry
@@ -126,7 +126,7 @@ def _iter_errors(validator: Any, instance: Any) -> list[jsonschema.ValidationErr
 
 
 def _rust(cls: Any, schema: Any, keys: set[str]) -> jsonschema_rs.Validator | None:
-    """A jsonschema-rs validator that agrees with jsonschema on `schema` (`keys`: _keys(schema)), or None
+    """A jsonschema-rs validator that agrees with jsonschema on `schema` (`keys`: its schema_keys), or None
     where it might not."""
     if cls not in _RUST or not _DIVERGING.isdisjoint(keys):
         return None
@@ -168,7 +168,7 @@ def _no_retrieval(uri: str) -> Any:
     raise ValueError(f"not retrieved: {uri}")
 
 
-def _keys(schema: Any) -> set[str]:
+def schema_keys(schema: Any) -> set[str]:
     """Every object key anywhere in the schema (a cheap over-approximation of the keywords it uses)."""
     found: set[str] = set()
     stack = [schema]

@@ -4,9 +4,10 @@ from what is still empty."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from .confirmations import CONFIRM_PREFIX, CONSENT_KEY
+from . import record
+from .confirmations import CONSENT_KEY, is_user_yes_key
 from .errors import SchemaUnusable
 from .materialize import Materialize
 from .record import SlotState
@@ -19,14 +20,12 @@ class Verdict(Materialize):
     """Stage: the payload and the verdict."""
 
     def payload(self) -> tuple[dict[str, Any] | None, bool | None, tuple[str, ...]]:
-        if self.plan.root is None:
+        validator = self.plan.validator
+        if validator is None:  # no inputSchema (the plan has no root either): no payload
             return None, None, ()
         payload = self.assemble()
         complete = not any(s.key.startswith(("arg:", "branch:", "schema:")) for s in self.unknown)
         if not complete:
-            return payload, None, ()
-        validator = self.plan.validator
-        if validator is None:
             return payload, None, ()
         try:
             if validator.is_valid(payload):
@@ -63,8 +62,7 @@ class Verdict(Materialize):
         settled = {p for p, s in self.arg_slots.items() if s.status != "unknown"}
         refusals: dict[str, tuple[str, bool]] = {}
         unblamed: list[str] = []
-        located = validator.located_errors(payload)
-        for where, message in located:
+        for where, message in validator.located_errors(payload):
             parts = [str(x) for x in where]
             owner = next(
                 (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in settled),
@@ -127,9 +125,7 @@ class Verdict(Materialize):
                     )
                 )
 
-    def count(
-        self, valid: bool | None, errors: tuple[str, ...]
-    ) -> Literal["execute", "ask", "measure", "hold", "block", "deferred"]:
+    def count(self, valid: bool | None, errors: tuple[str, ...]) -> record.Verdict:
         unknown = self.unknown
         blocks = [u for u in self.unmet if u.on_false == "block"]
         holds = [
@@ -141,8 +137,8 @@ class Verdict(Materialize):
         unmet_holds = [u for u in self.unmet if u.on_false == "hold"]
         # The user's yes/no to a value or the call: asked before a deferral (the user is here now, maybe not
         # at trigger time), after the lookups (a held call needs no yes).
-        yes_asks = [s for s in unknown if s.route == "ask_user" and s.key.startswith(_YES_PREFIXES)]
-        asks = [s for s in unknown if s.route == "ask_user" and not s.key.startswith(_YES_PREFIXES)]
+        yes_asks = [s for s in unknown if s.route == "ask_user" and is_user_yes_key(s.key)]
+        asks = [s for s in unknown if s.route == "ask_user" and not is_user_yes_key(s.key)]
         measures = [s for s in unknown if s.route == "measure"]
         confirms = self.confirms
         # A consent not askable yet (no valid payload) waits like an approval: last, and never an execute.
@@ -174,9 +170,6 @@ class Verdict(Materialize):
             return "hold"
         self.reasons.append("every obligation is settled and the payload is valid")
         return "execute"
-
-
-_YES_PREFIXES = (CONFIRM_PREFIX, CONSENT_KEY)
 
 
 def _responsible(
