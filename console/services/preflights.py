@@ -45,13 +45,6 @@ def _contract_read(body: Mapping[str, Any]) -> storage.Read:
     return sql, [part for pair in wanted for part in pair]
 
 
-def _presets_reads(principal: str, body: Mapping[str, Any]) -> list[storage.Read]:
-    """The presets read, when the request names its tool (with candidates, it depends on the choice)."""
-    if "tool_candidates" in body:
-        return []
-    return [storage.presets_read(principal, f"{body['server']}/{body['tool']}")]
-
-
 def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
     """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
     version never changes, so nothing here needs invalidating)."""
@@ -231,7 +224,9 @@ def _preflight_reads(
     """What a preflight reads, to be read at once (one round trip): the contract, the active rules, the
     presets of a named tool and, for an execution with a past, its evidence and how often each lookup ran
     (bench/lookups.py preflights again twice on its critical path)."""
-    reads = [storage.rules_read(), *_presets_reads(principal, request)]
+    reads = [storage.rules_read()]
+    if "tool_candidates" not in request:  # with candidates, the presets read depends on the choice
+        reads.append(storage.presets_read(principal, f"{request['server']}/{request['tool']}"))
     if rows is None:
         reads.insert(0, _contract_read(request))
     if not fresh:
