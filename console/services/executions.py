@@ -70,11 +70,11 @@ def execution_create(
     if token is not None and not token.may_act_for(request.principal):
         raise _refuse_principal(request.principal)
     check_pointers(body)
+    # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
+    execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
     # One round trip for the contract, the rules and the presets the preflight reads.
-    with storage.prefetched(*_preflight_reads(None, request.principal, body, fresh=True)):
+    with storage.prefetched(*_preflight_reads(execution, fresh=True)):
         rows = _contract_rows(body)  # an unknown tool records nothing
-        # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
-        execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
         _preflight_and_record(
             execution,
             trigger="create",

@@ -205,7 +205,7 @@ def _preflight_and_record(
     now = common._now()
     if not fresh and not none_pending:
         _expire_lost_lookups(execution, now)
-    reads = _preflight_reads(execution.pk, execution.principal, execution.request, rows=rows, fresh=fresh)
+    reads = _preflight_reads(execution, rows=rows, fresh=fresh)
     with storage.prefetched(*reads):
         record, row = _preflight(execution, fresh=fresh, rows=rows)
         if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
@@ -214,23 +214,18 @@ def _preflight_and_record(
 
 
 def _preflight_reads(
-    execution_id: Any,
-    principal: str,
-    request: Mapping[str, Any],
-    *,
-    rows: list[models.ToolContract] | None = None,
-    fresh: bool = False,
+    execution: models.Execution, *, rows: list[models.ToolContract] | None = None, fresh: bool = False
 ) -> list[storage.Read]:
     """What a preflight reads, to be read at once (one round trip): the contract, the active rules, the
     presets of a named tool and, for an execution with a past, its evidence and how often each lookup ran
     (bench/lookups.py preflights again twice on its critical path)."""
+    request = execution.request
     reads = [storage.rules_read()]
     if "tool_candidates" not in request:  # with candidates, the presets read depends on the choice
-        reads.append(storage.presets_read(principal, f"{request['server']}/{request['tool']}"))
+        reads.append(storage.presets_read(execution.principal, f"{request['server']}/{request['tool']}"))
     if rows is None:
         reads.insert(0, _contract_read(request))
     if not fresh:
-        execution = models.Execution(pk=execution_id)
         reads += [storage.evidence_read(execution), _lookup_counts_read(execution)]
     return reads
 
