@@ -360,34 +360,24 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         seen = counted[1]
     elif execution.records > 1:
         seen = _lookup_counts(execution, wanted)
+    now = common._now()
     rows = [
-        (
-            m.measure,
-            m.lookup,
-            m.args,
-            m.args_digest,
-            m.key,
-            f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0, 0))[0] + 1}",
+        models.Observation(
+            execution=execution,
+            measure=m.measure,
+            lookup=m.lookup,
+            args=dict(m.args),
+            args_digest=m.args_digest,
+            key=m.key,
+            task_key=f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0, 0))[0] + 1}",
+            dispatched_at=now,
         )
         for m in record.measures
         if not seen.get(m.key, (0, 0, 0))[1]  # one is running already: its group's last task preflights again
     ]
     if rows:
-        now = common._now()
-        models.Observation.objects.bulk_create(  # one statement for the frontier
-            models.Observation(
-                execution=execution,
-                measure=measure,
-                lookup=lookup,
-                args=dict(args),
-                args_digest=args_digest,
-                key=key,
-                task_key=task_key,
-                dispatched_at=now,
-            )
-            for measure, lookup, args, args_digest, key, task_key in rows
-        )
-        transaction.on_commit(partial(_lookups_after_commit, execution, [row[4] for row in rows]))
+        models.Observation.objects.bulk_create(rows)  # one statement for the frontier
+        transaction.on_commit(partial(_lookups_after_commit, execution, [row.key for row in rows]))
 
 
 def _lookups_after_commit(execution: models.Execution, keys: list[str]) -> None:
