@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, cast
 
 from django.conf import settings
@@ -139,19 +140,11 @@ def _execution_run(
     if isinstance(claim, _Refusal):
         raise Conflict(claim.code, claim.detail)
     connector, timeout = _run_timeouts(claim.connector)
+    if call_tool is None:  # not the gateway, which checks its upstream's live definition itself
+        call_tool = partial(connectors.call_tool, expected=claim.definition)
     result: Any = None
     try:
-        if call_tool is not None:  # the gateway: it checks its upstream's live definition itself
-            result = call_tool(connector, claim.server, claim.tool, claim.payload, timeout_s=timeout)
-        else:
-            result = connectors.call_tool(
-                connector,
-                claim.server,
-                claim.tool,
-                claim.payload,
-                timeout_s=timeout,
-                expected=claim.definition,
-            )
+        result = call_tool(connector, claim.server, claim.tool, claim.payload, timeout_s=timeout)
         status, detail = "executed", ""
     except connectors.ToolCallFailed as exc:
         status, detail = "failed", str(exc) or type(exc).__name__
