@@ -95,14 +95,12 @@ def execution_run(
             )
     except Conflict as exc:
         if exc.code == "effect_busy":
-            _record_busy(execution_id=execution_id, detail=exc.detail, actor=actor)
+            # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
+            with transaction.atomic():
+                _record_refusal(
+                    lock_execution(execution_id), None, "denied", "effect_busy", exc.detail, actor
+                )
         raise
-
-
-@transaction.atomic
-def _record_busy(*, execution_id: Any, detail: str, actor: str) -> None:
-    # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
-    _record_refusal(lock_execution(execution_id), None, "denied", "effect_busy", detail, actor)
 
 
 def _record_refusal(
