@@ -14,8 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.access import execution_or_404
-from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors
+from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors, execution_or_404
 from console.api.fields import AnyJSON, Array, Flag, Integer, JSONObject, Object, Text
 from console.api.record_serializers import ErrorOut, InvalidAnswerOut, RecordOut
 from console.errors import BadInput
