@@ -27,20 +27,6 @@ from console.storage import has_answer_rows, record_answer
 MAX_WAIT_S = 10.0
 _POLL_S = 0.1
 
-# The request fields the engine reads; anything else in the body is not stored.
-REQUEST_FIELDS = (
-    "server",
-    "tool",
-    "tool_candidates",
-    "principal",
-    "conversation",
-    "candidates",
-    "action_name",
-    "timing",
-    "intended_change",
-    "environment",
-)
-
 
 def _built[S: serializers.Serializer[JSONObject]](serializer: S) -> S:
     """A serializer built once, its fields with it, for `_checking` to reuse on every request."""
@@ -191,7 +177,8 @@ class ExecutionCreateView(APIView):
         _checking(_EXECUTION_IN, request.data).is_valid(raise_exception=True)
         data = request.data
         assert isinstance(data, dict)  # ExecutionIn has just refused anything but an object
-        body = {k: data[k] for k in REQUEST_FIELDS if k in data}
+        # ExecutionIn's fields are the ones the engine reads; anything else in the body is not stored.
+        body = {k: data[k] for k in ExecutionIn._declared_fields if k in data}
         execution = execution_create(body=body, token=agent_token(request), actor=actor(request))
         if not has_answer_rows(execution):  # work after commit may have preflighted it again: read it back
             execution = execution_or_404(execution.pk, agent_token(request))
