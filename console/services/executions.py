@@ -80,6 +80,7 @@ def execution_create(
             trigger="create",
             fresh=True,
             rows=rows,
+            request=request,
             audit={"principal": request.principal, "actor": actor, "request_digest": digest(body)},
         )
     return execution

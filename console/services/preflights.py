@@ -20,7 +20,7 @@ from console.services import common
 from console.services.common import _execution_pk
 from console.signing import signer
 from preflight import Record, compile_plan, preflight, select_tool
-from preflight.request import parse_request
+from preflight.request import ExecutionRequest, parse_request
 from preflight.summary import summarize
 
 # A lookup that keeps answering with values already too old would otherwise be dispatched forever.
@@ -75,10 +75,13 @@ def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
 
 
 def _preflight(
-    execution: models.Execution, *, fresh: bool, rows: list[models.ToolContract] | None = None
+    execution: models.Execution,
+    request: ExecutionRequest,
+    *,
+    fresh: bool,
+    rows: list[models.ToolContract] | None = None,
 ) -> tuple[Record, models.ToolContract | None]:
     body = execution.request
-    request = parse_request(body)
     if rows is None:
         try:
             rows = _contract_rows(body)
@@ -197,6 +200,7 @@ def _preflight_and_record(
     trigger: str,
     fresh: bool = False,
     rows: list[models.ToolContract] | None = None,
+    request: ExecutionRequest | None = None,
     audit: Mapping[str, Any] | None = None,
     none_pending: bool = False,
 ) -> models.PreflightRecord:
@@ -207,9 +211,10 @@ def _preflight_and_record(
         _expire_lost_lookups(execution, now)
     reads = _preflight_reads(execution, rows=rows, fresh=fresh)
     with storage.prefetched(*reads):
-        record, row = _preflight(execution, fresh=fresh, rows=rows)
+        request = request or parse_request(execution.request)
+        record, row = _preflight(execution, request, fresh=fresh, rows=rows)
         if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
-            record, row = _preflight(execution, fresh=False)
+            record, row = _preflight(execution, request, fresh=False)
         return _store_record(execution, record, row, trigger=trigger, audit=audit)
 
 
