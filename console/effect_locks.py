@@ -27,11 +27,6 @@ _local_guard = threading.Lock()
 _local: dict[str, threading.Lock] = {}
 
 
-def _lock_id(key: str) -> int:
-    # Advisory locks are keyed by a bigint: the first 8 bytes of the key's SHA-256, signed.
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big", signed=True)
-
-
 @contextmanager
 def effect_lock(key: str, *, timeout_s: float) -> Iterator[None]:
     """Hold the lock of `key`; Conflict `effect_busy` if another run holds it for longer than `timeout_s`."""
@@ -51,7 +46,8 @@ def effect_lock(key: str, *, timeout_s: float) -> Iterator[None]:
 
 @contextmanager
 def _advisory(key: str, timeout_s: float) -> Iterator[None]:
-    lock_id = _lock_id(key)
+    # Advisory locks are keyed by a bigint: the first 8 bytes of the key's SHA-256, signed.
+    lock_id = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big", signed=True)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             # lock_timeout bounds the wait (it applies to advisory locks); set_config(..., true) is SET LOCAL.

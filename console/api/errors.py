@@ -27,17 +27,12 @@ _SERVICE_STATUS: dict[type[ServiceError], int] = {
     Conflict: 409,
 }
 
-_DRF_CODES: dict[type[exceptions.APIException], str] = {
-    exceptions.ParseError: "malformed_json",
-    exceptions.NotAuthenticated: "unauthorized",
-    exceptions.AuthenticationFailed: "unauthorized",
-    exceptions.PermissionDenied: "forbidden",
-    exceptions.NotFound: "not_found",
-    exceptions.MethodNotAllowed: "method_not_allowed",
-    exceptions.NotAcceptable: "not_acceptable",
-    exceptions.UnsupportedMediaType: "unsupported_media_type",
-    exceptions.Throttled: "throttled",
-    exceptions.ValidationError: "invalid",
+# The API's codes where DRF's (an exception's `default_code`) differ.
+_DRF_RENAMES = {
+    "parse_error": "malformed_json",
+    "not_authenticated": "unauthorized",
+    "authentication_failed": "unauthorized",
+    "permission_denied": "forbidden",
 }
 
 
@@ -86,9 +81,7 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
     if isinstance(exc, RequestDataTooBig):
         return error("too_large", "the request body is larger than 1 MiB", 413)
     if isinstance(exc, exceptions.APIException):
-        code = getattr(exc, "error_code", None) or next(
-            (c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error"
-        )
+        code = getattr(exc, "error_code", None) or _DRF_RENAMES.get(exc.default_code, exc.default_code)
         detail = (
             "; ".join(flatten(exc.detail)) if isinstance(exc, exceptions.ValidationError) else str(exc.detail)
         )

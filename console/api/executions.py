@@ -14,8 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api.access import execution_or_404
-from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors
+from console.api.common import AGENT_PERMISSIONS, actor, agent_token, errors, execution_or_404
 from console.api.fields import AnyJSON, Array, Flag, Integer, JSONObject, Object, Text
 from console.api.record_serializers import ErrorOut, InvalidAnswerOut, RecordOut
 from console.errors import BadInput
@@ -27,20 +26,6 @@ from console.storage import has_answer_rows, record_answer
 
 MAX_WAIT_S = 10.0
 _POLL_S = 0.1
-
-# The request fields the engine reads; anything else in the body is not stored.
-REQUEST_FIELDS = (
-    "server",
-    "tool",
-    "tool_candidates",
-    "principal",
-    "conversation",
-    "candidates",
-    "action_name",
-    "timing",
-    "intended_change",
-    "environment",
-)
 
 
 def _built[S: serializers.Serializer[JSONObject]](serializer: S) -> S:
@@ -192,7 +177,8 @@ class ExecutionCreateView(APIView):
         _checking(_EXECUTION_IN, request.data).is_valid(raise_exception=True)
         data = request.data
         assert isinstance(data, dict)  # ExecutionIn has just refused anything but an object
-        body = {k: data[k] for k in REQUEST_FIELDS if k in data}
+        # ExecutionIn's fields are the ones the engine reads; anything else in the body is not stored.
+        body = {k: data[k] for k in ExecutionIn._declared_fields if k in data}
         execution = execution_create(body=body, token=agent_token(request), actor=actor(request))
         if not has_answer_rows(execution):  # work after commit may have preflighted it again: read it back
             execution = execution_or_404(execution.pk, agent_token(request))

@@ -9,9 +9,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from console import json_values
-from console.json_values import MAX_DEPTH, MAX_SAFE_INT
-
-__all__ = ["MAX_DEPTH", "MAX_SAFE_INT", "JSONRejected", "StrictJSONParser", "check_json", "loads"]
+from console.json_values import MAX_DEPTH
 
 
 class JSONRejected(ParseError):

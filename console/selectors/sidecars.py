@@ -47,16 +47,6 @@ def sidecar_of(row: models.ToolContract) -> dict[str, Any]:
     return dict(ext) if isinstance(ext, Mapping) else {}
 
 
-def _sample_evidence(sample: Mapping[str, Any]) -> Evidence:
-    # Sample values stand in for a user's answers: the preview shows what is left once they are given.
-    answers = {f"arg:{k}": Answer(v, "preview") for k, v in sample.items()}
-    answers |= {
-        "fixed:action_name": Answer("preview", "preview"),
-        "fixed:timing": Answer("immediate", "preview"),
-    }
-    return Evidence(now=timezone.now(), answers=answers)
-
-
 def _outcome(slot: Any) -> str:
     """settled / asked / measured / held, and for a condition evaluated false what it does (block, hold)."""
     if slot.met is False:
@@ -70,7 +60,14 @@ def _outcome(slot: Any) -> str:
 
 def _obligations(contract: Any, sample: Mapping[str, Any]) -> list[dict[str, Any]]:
     plan = compile_plan(contract, storage.active_rules())
-    record = preflight(plan, ExecutionRequest(principal="preview"), _sample_evidence(sample))
+    # Sample values stand in for a user's answers: the preview shows what is left once they are given.
+    answers = {f"arg:{k}": Answer(v, "preview") for k, v in sample.items()}
+    answers |= {
+        "fixed:action_name": Answer("preview", "preview"),
+        "fixed:timing": Answer("immediate", "preview"),
+    }
+    evidence = Evidence(now=timezone.now(), answers=answers)
+    record = preflight(plan, ExecutionRequest(principal="preview"), evidence)
     return [
         {
             "key": s.key,

@@ -70,16 +70,17 @@ def execution_create(
     if token is not None and not token.may_act_for(request.principal):
         raise _refuse_principal(request.principal)
     check_pointers(body)
+    # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
+    execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
     # One round trip for the contract, the rules and the presets the preflight reads.
-    with storage.prefetched(*_preflight_reads(None, request.principal, body, fresh=True)):
+    with storage.prefetched(*_preflight_reads(execution, fresh=True)):
         rows = _contract_rows(body)  # an unknown tool records nothing
-        # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
-        execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
         _preflight_and_record(
             execution,
             trigger="create",
             fresh=True,
             rows=rows,
+            request=request,
             audit={"principal": request.principal, "actor": actor, "request_digest": digest(body)},
         )
     return execution
@@ -114,17 +115,59 @@ def execution_answer(
     Each answer is checked against its question's schema first: one it refuses raises InvalidAnswer
     (`invalid_answer`, or `not_rememberable` for a remember the slot does not allow), and nothing is
     settled; the refused attempt is still written to the audit chain (committed before the raise)."""
-    outcome = _execution_answer(
-        execution_id=execution_id,
-        answers=answers,
-        answered_by=answered_by,
-        channel=channel,
-        actor=actor,
-        remember=remember,
-    )
-    if isinstance(outcome, InvalidAnswer):
-        raise outcome
-    return outcome
+    with transaction.atomic(), audit_batch():
+        execution = lock_execution(execution_id)
+        if _has_run(execution):
+            raise Conflict("already_ran", "this execution already ran; submit a new one")
+        for key in answers:
+            _check_answer_key(execution, key)
+        answers = {key: normalise_answer(key, value) for key, value in answers.items()}
+        _check_user_yes(answers, channel=channel, remember=remember)
+        for key in remember:
+            if key not in answers:
+                raise BadInput("invalid", f"remember: {key} is not among the answers")
+        try:
+            canonical_json(dict(answers))
+        except TypeError as exc:
+            raise BadInput("invalid", f"answers: {exc}") from None
+
+        def audit_body(answers: Mapping[str, Any]) -> dict[str, Any]:
+            return {
+                "answered_by": answered_by,
+                "channel": channel,
+                "actor": actor,
+                "answers": {k: value_digest(v) for k, v in answers.items()},
+                "remember": list(remember),
+            }
+
+        # Checked as the user sent them (a yes/no is a boolean), then a yes/no is bound to what it was shown.
+        refused = _refused_answer(execution, answers, remember)
+        if refused is None:
+            answers = _bind_user_yes(execution, answers)
+            models.Answer.objects.bulk_create(
+                models.Answer(
+                    execution=execution,
+                    slot_key=key,
+                    value=value,
+                    answered_by=answered_by,
+                    channel=channel,
+                    remember=key in remember,
+                )
+                for key, value in answers.items()
+            )
+            audit_append(kind="answer", execution_id=execution.pk, body=audit_body(answers))
+            if remember:
+                if execution.contract is None:
+                    raise Unprocessable(
+                        "unknown_slot", "remember: choose the action first (answer fixed:tool)"
+                    )
+                tool = f"{execution.contract.server.name}/{execution.contract.name}"
+                for key in remember:
+                    _preset_put(execution, tool, key, answers[key], answered_by)
+            return _preflight_and_record(execution, trigger="answer")
+        body = audit_body(answers) | {"error": refused.code, "slot": refused.slot, "reason": refused.reason}
+        audit_append(kind="answer_refused", execution_id=execution.pk, body=body)
+    raise refused  # once the refused attempt is committed
 
 
 _YES_SCHEMA: Mapping[str, Any] = {"type": "boolean"}
@@ -154,69 +197,6 @@ def _refused_answer(
             reason = "this slot does not take remembered values (its sources lack user_answer or preset)"
             return InvalidAnswer(key, reason, code="not_rememberable")
     return None
-
-
-@transaction.atomic
-@audit_batch()
-def _execution_answer(
-    *,
-    execution_id: Any,
-    answers: Mapping[str, Any],
-    answered_by: str,
-    channel: str,
-    actor: str,
-    remember: Sequence[str] = (),
-) -> models.PreflightRecord | InvalidAnswer:
-    execution = lock_execution(execution_id)
-    if _has_run(execution):
-        raise Conflict("already_ran", "this execution already ran; submit a new one")
-    for key in answers:
-        _check_answer_key(execution, key)
-    answers = {key: normalise_answer(key, value) for key, value in answers.items()}
-    _check_user_yes(answers, channel=channel, remember=remember)
-    for key in remember:
-        if key not in answers:
-            raise BadInput("invalid", f"remember: {key} is not among the answers")
-    try:
-        canonical_json(dict(answers))
-    except TypeError as exc:
-        raise BadInput("invalid", f"answers: {exc}") from None
-
-    def audit_body(answers: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "answered_by": answered_by,
-            "channel": channel,
-            "actor": actor,
-            "answers": {k: value_digest(v) for k, v in answers.items()},
-            "remember": list(remember),
-        }
-
-    # Checked as the user sent them (a yes/no is a boolean), then a yes/no is bound to what it was shown.
-    refused = _refused_answer(execution, answers, remember)
-    if refused is not None:
-        body = audit_body(answers) | {"error": refused.code, "slot": refused.slot, "reason": refused.reason}
-        audit_append(kind="answer_refused", execution_id=execution.pk, body=body)
-        return refused
-    answers = _bind_user_yes(execution, answers)
-    models.Answer.objects.bulk_create(
-        models.Answer(
-            execution=execution,
-            slot_key=key,
-            value=value,
-            answered_by=answered_by,
-            channel=channel,
-            remember=key in remember,
-        )
-        for key, value in answers.items()
-    )
-    audit_append(kind="answer", execution_id=execution.pk, body=audit_body(answers))
-    if remember:
-        if execution.contract is None:
-            raise Unprocessable("unknown_slot", "remember: choose the action first (answer fixed:tool)")
-        tool = f"{execution.contract.server.name}/{execution.contract.name}"
-        for key in remember:
-            _preset_put(execution, tool, key, answers[key], answered_by)
-    return _preflight_and_record(execution, trigger="answer")
 
 
 def _check_user_yes(answers: Mapping[str, Any], *, channel: str, remember: Sequence[str] = ()) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, cast
 
 from django.conf import settings
@@ -79,12 +80,6 @@ class _Claim:
     definition: dict[str, Any]  # the contract's tool definition, which the live server must still list
 
 
-@dataclass(frozen=True, slots=True)
-class _Refusal:
-    code: str
-    detail: str
-
-
 def execution_run(
     *, execution_id: Any, token: str, actor: str, call_tool: Callable[..., Any] | None = None
 ) -> RunOutcome:
@@ -100,14 +95,12 @@ def execution_run(
             )
     except Conflict as exc:
         if exc.code == "effect_busy":
-            _record_busy(execution_id=execution_id, detail=exc.detail, actor=actor)
+            # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
+            with transaction.atomic():
+                _record_refusal(
+                    lock_execution(execution_id), None, "denied", "effect_busy", exc.detail, actor
+                )
         raise
-
-
-@transaction.atomic
-def _record_busy(*, execution_id: Any, detail: str, actor: str) -> None:
-    # Refused before the claim (the key's lock was not free): recorded like every refusal of the gate.
-    _record_refusal(lock_execution(execution_id), None, "denied", "effect_busy", detail, actor)
 
 
 def _record_refusal(
@@ -136,22 +129,14 @@ def _execution_run(
     call_tool: Callable[..., Any] | None = None,
 ) -> RunOutcome:
     claim = _gate_claim(execution_id=execution_id, token=token, actor=actor, rechecked=rechecked)
-    if isinstance(claim, _Refusal):
-        raise Conflict(claim.code, claim.detail)
+    if isinstance(claim, Conflict):
+        raise claim  # returned, not raised, by the claim: its refusal is recorded in the claim's transaction
     connector, timeout = _run_timeouts(claim.connector)
+    if call_tool is None:  # not the gateway, which checks its upstream's live definition itself
+        call_tool = partial(connectors.call_tool, expected=claim.definition)
     result: Any = None
     try:
-        if call_tool is not None:  # the gateway: it checks its upstream's live definition itself
-            result = call_tool(connector, claim.server, claim.tool, claim.payload, timeout_s=timeout)
-        else:
-            result = connectors.call_tool(
-                connector,
-                claim.server,
-                claim.tool,
-                claim.payload,
-                timeout_s=timeout,
-                expected=claim.definition,
-            )
+        result = call_tool(connector, claim.server, claim.tool, claim.payload, timeout_s=timeout)
         status, detail = "executed", ""
     except connectors.ToolCallFailed as exc:
         status, detail = "failed", str(exc) or type(exc).__name__
@@ -174,16 +159,16 @@ def _execution_run(
 @transaction.atomic
 def _gate_claim(
     *, execution_id: Any, token: str, actor: str, rechecked: _Rechecked | None = None
-) -> _Claim | _Refusal:
+) -> _Claim | Conflict:
     # The execution row lock serializes every attempt on one execution; the conditional UPDATE below is
     # what makes a nonce single-use even without it.
     execution = lock_execution(execution_id)
     now = common._now()
     grant: models.Grant | None = None
 
-    def refuse(status: str, code: str, detail: str) -> _Refusal:
+    def refuse(status: str, code: str, detail: str) -> Conflict:
         _record_refusal(execution, grant, status, code, detail, actor)
-        return _Refusal(code, detail)
+        return Conflict(code, detail)
 
     try:
         claims = read_claims(token)
@@ -393,7 +378,7 @@ def _gate_recheck(
     stored: models.PreflightRecord,
     rechecked: _Rechecked | None,
     now: datetime,
-) -> _Refusal | None:
+) -> Conflict | None:
     """Refuse a grant whose ground has moved: the tool's contract is no longer the current one (a catalog
     change voids grants), or a re-checked condition no longer holds (`state_changed`) or could not be
     measured again (`recheck_failed`)."""
@@ -403,7 +388,7 @@ def _gate_recheck(
         .first()
     )
     if current != contract.digest:
-        return _Refusal(
+        return Conflict(
             "contract_changed",
             "the tool's contract changed since this grant was issued"
             + ("" if current else " (the tool left the catalog)")
@@ -412,20 +397,20 @@ def _gate_recheck(
     engine_contract = storage.engine_contract(contract)
     if compile_plan(engine_contract, storage.active_rules()).checklist_version != stored.checklist_version:
         # The user/org rules the call was checked against are part of what it was granted under.
-        return _Refusal(
+        return Conflict(
             "contract_changed", "the rules this grant was checked against changed; preflight again"
         )
     payload = stored.record["payload"]
     try:
         wanted = recheck_for(engine_contract, payload, principal=execution.principal)
     except ExpressionError as exc:
-        return _Refusal("recheck_failed", f"the effect key has no value for this payload: {exc.reason}")
+        return Conflict("recheck_failed", f"the effect key has no value for this payload: {exc.reason}")
     if wanted is None:
         return None
     if rechecked is None or rechecked.recheck != wanted:
         # Fail closed: a contract that asks for a re-check is never run without one.
         detail = rechecked.error if rechecked is not None and rechecked.error else "the re-check did not run"
-        return _Refusal("recheck_failed", detail)
+        return Conflict("recheck_failed", detail)
     failures = recheck_failures(
         wanted,
         payload,
@@ -455,12 +440,12 @@ def _gate_recheck(
     )
     changed = [f for f in failures if f.reason == "false"]
     if changed:
-        return _Refusal(
+        return Conflict(
             "state_changed",
             "; ".join(f"{f.condition} no longer holds ({f.detail})" for f in changed) + "; preflight again",
         )
     if failures:
-        return _Refusal("recheck_failed", "; ".join(f"{f.condition}: {f.detail}" for f in failures))
+        return Conflict("recheck_failed", "; ".join(f"{f.condition}: {f.detail}" for f in failures))
     return None
 
 

@@ -102,7 +102,7 @@ def lookups_settled(
     # The fill, the looks and what a preflight would read, in one round trip (in this order: each statement
     # sees those before it).
     pk = [_execution_pk(execution.pk)]
-    reads = _preflight_reads(execution.pk, execution.principal, execution.request)
+    reads = _preflight_reads(execution)
     answers = storage.raw_reads(*fill, (_pending_sql(), pk), (_has_run_sql(), pk), *reads)
     n = len(fill)
     filled = filled or any(answers[:n])

@@ -20,7 +20,7 @@ from console.services import common
 from console.services.common import _execution_pk
 from console.signing import signer
 from preflight import Record, compile_plan, preflight, select_tool
-from preflight.request import parse_request
+from preflight.request import ExecutionRequest, parse_request
 from preflight.summary import summarize
 
 # A lookup that keeps answering with values already too old would otherwise be dispatched forever.
@@ -43,13 +43,6 @@ def _contract_read(body: Mapping[str, Any]) -> storage.Read:
         f" WHERE c.current AND ({' OR '.join(['(s.name = %s AND c.name = %s)'] * len(wanted))})"
     )
     return sql, [part for pair in wanted for part in pair]
-
-
-def _presets_reads(principal: str, body: Mapping[str, Any]) -> list[storage.Read]:
-    """The presets read, when the request names its tool (with candidates, it depends on the choice)."""
-    if "tool_candidates" in body:
-        return []
-    return [storage.presets_read(principal, f"{body['server']}/{body['tool']}")]
 
 
 def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
@@ -82,10 +75,13 @@ def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
 
 
 def _preflight(
-    execution: models.Execution, *, fresh: bool, rows: list[models.ToolContract] | None = None
+    execution: models.Execution,
+    request: ExecutionRequest,
+    *,
+    fresh: bool,
+    rows: list[models.ToolContract] | None = None,
 ) -> tuple[Record, models.ToolContract | None]:
     body = execution.request
-    request = parse_request(body)
     if rows is None:
         try:
             rows = _contract_rows(body)
@@ -204,6 +200,7 @@ def _preflight_and_record(
     trigger: str,
     fresh: bool = False,
     rows: list[models.ToolContract] | None = None,
+    request: ExecutionRequest | None = None,
     audit: Mapping[str, Any] | None = None,
     none_pending: bool = False,
 ) -> models.PreflightRecord:
@@ -212,30 +209,28 @@ def _preflight_and_record(
     now = common._now()
     if not fresh and not none_pending:
         _expire_lost_lookups(execution, now)
-    reads = _preflight_reads(execution.pk, execution.principal, execution.request, rows=rows, fresh=fresh)
+    reads = _preflight_reads(execution, rows=rows, fresh=fresh)
     with storage.prefetched(*reads):
-        record, row = _preflight(execution, fresh=fresh, rows=rows)
+        request = request or parse_request(execution.request)
+        record, row = _preflight(execution, request, fresh=fresh, rows=rows)
         if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
-            record, row = _preflight(execution, fresh=False)
+            record, row = _preflight(execution, request, fresh=False)
         return _store_record(execution, record, row, trigger=trigger, audit=audit)
 
 
 def _preflight_reads(
-    execution_id: Any,
-    principal: str,
-    request: Mapping[str, Any],
-    *,
-    rows: list[models.ToolContract] | None = None,
-    fresh: bool = False,
+    execution: models.Execution, *, rows: list[models.ToolContract] | None = None, fresh: bool = False
 ) -> list[storage.Read]:
     """What a preflight reads, to be read at once (one round trip): the contract, the active rules, the
     presets of a named tool and, for an execution with a past, its evidence and how often each lookup ran
     (bench/lookups.py preflights again twice on its critical path)."""
-    reads = [storage.rules_read(), *_presets_reads(principal, request)]
+    request = execution.request
+    reads = [storage.rules_read()]
+    if "tool_candidates" not in request:  # with candidates, the presets read depends on the choice
+        reads.append(storage.presets_read(execution.principal, f"{request['server']}/{request['tool']}"))
     if rows is None:
         reads.insert(0, _contract_read(request))
     if not fresh:
-        execution = models.Execution(pk=execution_id)
         reads += [storage.evidence_read(execution), _lookup_counts_read(execution)]
     return reads
 
@@ -370,34 +365,24 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         seen = counted[1]
     elif execution.records > 1:
         seen = _lookup_counts(execution, wanted)
+    now = common._now()
     rows = [
-        (
-            m.measure,
-            m.lookup,
-            m.args,
-            m.args_digest,
-            m.key,
-            f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0, 0))[0] + 1}",
+        models.Observation(
+            execution=execution,
+            measure=m.measure,
+            lookup=m.lookup,
+            args=dict(m.args),
+            args_digest=m.args_digest,
+            key=m.key,
+            task_key=f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0, 0))[0] + 1}",
+            dispatched_at=now,
         )
         for m in record.measures
         if not seen.get(m.key, (0, 0, 0))[1]  # one is running already: its group's last task preflights again
     ]
     if rows:
-        now = common._now()
-        models.Observation.objects.bulk_create(  # one statement for the frontier
-            models.Observation(
-                execution=execution,
-                measure=measure,
-                lookup=lookup,
-                args=dict(args),
-                args_digest=args_digest,
-                key=key,
-                task_key=task_key,
-                dispatched_at=now,
-            )
-            for measure, lookup, args, args_digest, key, task_key in rows
-        )
-        transaction.on_commit(partial(_lookups_after_commit, execution, [row[4] for row in rows]))
+        models.Observation.objects.bulk_create(rows)  # one statement for the frontier
+        transaction.on_commit(partial(_lookups_after_commit, execution, [row.key for row in rows]))
 
 
 def _lookups_after_commit(execution: models.Execution, keys: list[str]) -> None:

@@ -93,44 +93,36 @@ def execution_approve(
     and whose grant expired unused, issues a fresh grant for it. A hold past its deadline expires first (in
     its own transaction, so the expiry stays recorded) and is refused."""
     execution_expire(execution_id=execution_id)
-    return _execution_approve(
-        execution_id=execution_id, payload_digest_seen=payload_digest_seen, approver=approver
-    )
-
-
-@transaction.atomic
-def _execution_approve(
-    *, execution_id: Any, payload_digest_seen: str, approver: User
-) -> models.PreflightRecord:
-    execution = lock_execution(execution_id)
-    if execution.final_at is not None:
-        raise execution.final_conflict()
-    if execution.principal == identity(approver):
-        raise Conflict("own_request", "an approver cannot approve an execution they requested")
-    if _has_run(execution):
-        raise Conflict("already_ran", "this execution already ran")
-    latest = storage.latest_record(execution)
-    if latest.payload_digest != payload_digest_seen:
-        raise Conflict("stale_value", "the payload changed since it was shown; review it again")
-    if latest.verdict == "execute":
-        if live_grant(latest) is None and grant_issue(execution_id=execution.pk) is None:
-            # Its observations had gone stale: it was preflighted again instead (its lookups run again).
-            execution.refresh_from_db(fields=["records"])
-            return storage.latest_record(execution)
-        return latest
-    pending, why_not = pending_call_approvals(latest.record)
-    if why_not is not None:
-        raise Conflict("not_ready", why_not)
-    for key in pending:
-        # The approval slots bind to the payload digest: approval_create checks it against the latest record.
-        approval_create(
-            execution_id=execution.pk,
-            slot_key=key,
-            value_digest_seen=value_digest(payload_digest_seen),
-            approver=approver,
-        )
-    execution.refresh_from_db(fields=["records"])
-    return storage.latest_record(execution)
+    with transaction.atomic():
+        execution = lock_execution(execution_id)
+        if execution.final_at is not None:
+            raise execution.final_conflict()
+        if execution.principal == identity(approver):
+            raise Conflict("own_request", "an approver cannot approve an execution they requested")
+        if _has_run(execution):
+            raise Conflict("already_ran", "this execution already ran")
+        latest = storage.latest_record(execution)
+        if latest.payload_digest != payload_digest_seen:
+            raise Conflict("stale_value", "the payload changed since it was shown; review it again")
+        if latest.verdict == "execute":
+            if live_grant(latest) is None and grant_issue(execution_id=execution.pk) is None:
+                # Its observations had gone stale: it was preflighted again instead (its lookups run again).
+                execution.refresh_from_db(fields=["records"])
+                return storage.latest_record(execution)
+            return latest
+        pending, why_not = pending_call_approvals(latest.record)
+        if why_not is not None:
+            raise Conflict("not_ready", why_not)
+        for key in pending:
+            # Approval slots bind to the payload digest: approval_create checks it against the latest record.
+            approval_create(
+                execution_id=execution.pk,
+                slot_key=key,
+                value_digest_seen=value_digest(payload_digest_seen),
+                approver=approver,
+            )
+        execution.refresh_from_db(fields=["records"])
+        return storage.latest_record(execution)
 
 
 @transaction.atomic

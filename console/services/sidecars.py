@@ -123,11 +123,9 @@ def sidecar_save(*, contract_id: Any, extension: Any, why: str, user: AbstractBa
         .order_by("created_at")
         .values_list("pk", flat=True)[:100]
     )
-    rechecked = []
     for pk in held:
         execution_repreflight(execution_id=pk, trigger="contract")
-        rechecked.append(str(pk))
-    return SidecarSaved(new, [r.pk for r in reports], rechecked)
+    return SidecarSaved(new, [r.pk for r in reports], [str(pk) for pk in held])
 
 
 @transaction.atomic
