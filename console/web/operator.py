@@ -47,7 +47,7 @@ from console.services.catalog import (
 )
 from console.services.gap_reports import gap_report_create, gap_report_set_status
 from console.services.rules import RulesCheck, check_rules_text, next_version, ruleset_save
-from console.services.sidecars import SidecarSaved, sidecar_compose, sidecar_import, sidecar_save
+from console.services.sidecars import sidecar_compose, sidecar_import, sidecar_save
 from console.web.access import role_required
 from console.web.filters import form_problems
 from console.web.requests import SignedInRequest, render_partial
@@ -611,7 +611,6 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
     current = sidecar_of(row)
     arguments = sidecar_arguments(row)
     problem = ""
-    saved: SidecarSaved | None = None
     if request.method == "POST":
         form = SidecarForm(request.POST)
         form.is_valid()
@@ -671,7 +670,6 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
         "form": form,
         "check": check,
         "problem": problem,
-        "saved": saved,
         "draft": pretty_json(check.extension) if check.extension is not None else "",
         "arguments": [{"name": n, "confirm": c, "question": q} for n, (c, q) in typed.items()],
     }
