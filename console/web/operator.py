@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from itertools import zip_longest
 from typing import Any
 
 from django import forms
@@ -385,10 +386,7 @@ def _server_tools(
     tools: dict[str, list[models.ToolContract]] = {}
     for c in models.ToolContract.objects.filter(server=server).order_by("name", "-created_at", "-pk"):
         tools.setdefault(c.name, []).append(c)
-    return [
-        (name, [(v, versions[i + 1] if i + 1 < len(versions) else None) for i, v in enumerate(versions)])
-        for name, versions in sorted(tools.items())
-    ]
+    return [(name, list(zip_longest(versions, versions[1:]))) for name, versions in sorted(tools.items())]
 
 
 @require_POST
