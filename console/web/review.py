@@ -45,7 +45,6 @@ from console.web.review_rows import (
     arg_schema,
     conversation,
     parse_edit,
-    short,
     slot_rows,
     values_before_edits,
 )
@@ -143,8 +142,6 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
         "payload_json": json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
         if payload
         else None,
-        "contract": execution.contract,
-        "contract_short": short(record.get("contract_digest")),
         "pending_call": pending,
         "why_not": why_not,
         "grant": grant,
