@@ -210,7 +210,9 @@ def gap_report_export(request: SignedInRequest, pk: int, fmt: str) -> HttpRespon
 
 
 # A checkbox cannot say "leave it": unticked leaves a trusted server trusted; its page withdraws trust.
-_KEEPS_TRUST = "unticked keeps a server's current trust; withdraw trust on the server's page"
+def _trust_field() -> forms.BooleanField:
+    help_text = "unticked keeps a server's current trust; withdraw trust on the server's page"
+    return forms.BooleanField(required=False, label="trust this server's annotations", help_text=help_text)
 
 
 class PastedImportForm(forms.Form):
@@ -220,9 +222,7 @@ class PastedImportForm(forms.Form):
         label="tools/list result (JSON)",
         help_text='{"tools": [...]}, a JSON-RPC answer carrying one, or a bare list of Tool objects',
     )
-    annotations_trusted = forms.BooleanField(
-        required=False, label="trust this server's annotations", help_text=_KEEPS_TRUST
-    )
+    annotations_trusted = _trust_field()
 
 
 class McpImportForm(forms.Form):
@@ -244,9 +244,7 @@ class McpImportForm(forms.Form):
         help_text="e.g. https://tools.example.com/mcp; only hosts listed in PREFLIGHT_HTTP_ALLOW",
     )
     timeout_s = forms.FloatField(min_value=1, max_value=120, initial=15, label="timeout (s)")
-    annotations_trusted = forms.BooleanField(
-        required=False, label="trust this server's annotations", help_text=_KEEPS_TRUST
-    )
+    annotations_trusted = _trust_field()
 
 
 @require_GET
