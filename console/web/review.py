@@ -352,23 +352,17 @@ def answer_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
             reviewer=request.user,
         )
     except InvalidAnswer as exc:
-        return _edit_refused(request, execution, exc, text)
+        # The engine's answer check refused it, so it settled nothing: the page again (422, the partial for
+        # htmx), the field keeping what was typed, the reason and the accepted form on it.
+        error = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
+        context = {**_review_context(request, execution), "edit_error": error}
+        return render_partial(request, REVIEW, context, "review", status=422)
     except ServiceError as exc:
         _refused(request, exc)
     else:
         label = _label(_execution(execution.pk), slot)
         messages.success(request, f"{label}: your value is recorded and the execution was preflighted again")
     return _done(request, execution)
-
-
-def _edit_refused(
-    request: SignedInRequest, execution: models.Execution, exc: InvalidAnswer, text: str
-) -> HttpResponse:
-    """A value the engine's answer check refuses settles nothing: the page again (422, the partial for htmx),
-    the field keeping what was typed, the reason and the accepted form on it."""
-    context = _review_context(request, execution)
-    context["edit_error"] = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
-    return render_partial(request, REVIEW, context, "review", status=422)
 
 
 @role_required(APPROVER, what=ACTION)
