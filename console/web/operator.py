@@ -172,12 +172,7 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
     problem = ""
     if form.is_valid():
         try:
-            report = gap_report_set_status(
-                report_id=report.pk,
-                status=form.cleaned_data["status"],
-                note=form.cleaned_data["note"],
-                user=request.user,
-            )
+            report = gap_report_set_status(report_id=report.pk, **form.cleaned_data, user=request.user)
         except ServiceError as exc:
             problem = exc.detail
     else:
