@@ -122,7 +122,6 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
     grant = models.Grant.objects.filter(record=latest).order_by("-pk").first()
     history = models.PreflightRecord.objects.filter(execution=execution).order_by("-seq")
     payload = record.get("payload")
-    nxt = review_queue.next_held(execution)
     return {
         "execution": execution,
         "latest": latest,
@@ -157,7 +156,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
         "approver": approver,
         "provider_gaps": _provider_gaps(record) if open_ and why_not else [],
         "version": _version(execution),
-        "next_held": reverse("review-execution", args=[nxt]) if nxt else None,
+        "next_held": review_queue.next_held(execution),
     }
 
 
