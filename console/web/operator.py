@@ -28,7 +28,6 @@ from console.selectors.gap_reports import (
     REPORTABLE_CLASSES,
     default_title,
     gap_evidence,
-    gap_kind,
     report_json,
     report_markdown,
 )
@@ -149,7 +148,6 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
 def _report_context(report: models.GapReport, problem: str = "") -> dict[str, Any]:
     return {
         "report": report,
-        "kind": gap_kind(report.cls, report.slot),
         "export": report_json(report),
         "history": [{**h, "at": datetime.fromisoformat(h["at"])} for h in report.history],
         "status_form": StatusForm(initial={"status": report.status}),
