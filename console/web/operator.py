@@ -133,9 +133,7 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
         reports = reports.filter(status=status)
     else:
         status = ""
-    counts = dict(
-        models.GapReport.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
-    )
+    counts = dict(models.GapReport.objects.values_list("status").annotate(n=Count("id")))
     context = {
         "reports": reports[:200],
         "status": status,
