@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.db.models import Count, Max
 from django.db.models.functions import TruncDate
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -97,16 +97,6 @@ class Filters:
     def query(self, **override: Any) -> str:
         values = {"days": self.days, "cls": self.cls, "server": self.server, "tool": self.tool, **override}
         return urlencode({k: v for k, v in values.items() if v not in ("", None)})
-
-
-def read_filters(request: HttpRequest) -> tuple[Filters, forms.Form]:
-    form = DashboardFilters(request.GET or None)
-    data: dict[str, Any] = {"days": 30, "cls": "", "server": "", "tool": ""}
-    if form.is_bound:
-        # Only the valid fields are cleaned: a bad value is shown as an error beside the filters, never a 500.
-        form.is_valid()
-        data.update(form.cleaned_data)
-    return Filters(**data), form
 
 
 def dashboard_data(filters: Filters, *, now: datetime | None = None) -> dict[str, Any]:
@@ -263,7 +253,13 @@ def dashboard_data(filters: Filters, *, now: datetime | None = None) -> dict[str
 @require_GET
 @role_required("operator", "auditor")
 def index(request: SignedInRequest) -> HttpResponse:
-    filters, form = read_filters(request)
+    form = DashboardFilters(request.GET or None)
+    data: dict[str, Any] = {"days": 30, "cls": "", "server": "", "tool": ""}
+    if form.is_bound:
+        # Only the valid fields are cleaned: a bad value is shown as an error beside the filters, never a 500.
+        form.is_valid()
+        data.update(form.cleaned_data)
+    filters = Filters(**data)
     context = dashboard_data(filters)
     pairs = list(models.ToolContract.objects.filter(current=True).values_list("server__name", "name"))
     servers, tools = sorted({s for s, _ in pairs}), sorted({t for _, t in pairs})

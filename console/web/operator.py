@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from itertools import zip_longest
 from typing import Any
 
 from django import forms
@@ -27,7 +28,6 @@ from console.selectors.gap_reports import (
     REPORTABLE_CLASSES,
     default_title,
     gap_evidence,
-    gap_kind,
     report_json,
     report_markdown,
 )
@@ -47,7 +47,7 @@ from console.services.catalog import (
 )
 from console.services.gap_reports import gap_report_create, gap_report_set_status
 from console.services.rules import RulesCheck, check_rules_text, next_version, ruleset_save
-from console.services.sidecars import SidecarSaved, sidecar_compose, sidecar_import, sidecar_save
+from console.services.sidecars import sidecar_compose, sidecar_import, sidecar_save
 from console.web.access import role_required
 from console.web.filters import form_problems
 from console.web.requests import SignedInRequest, render_partial
@@ -133,9 +133,7 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
         reports = reports.filter(status=status)
     else:
         status = ""
-    counts = dict(
-        models.GapReport.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
-    )
+    counts = dict(models.GapReport.objects.values_list("status").annotate(n=Count("id")))
     context = {
         "reports": reports[:200],
         "status": status,
@@ -148,7 +146,6 @@ def gap_reports(request: SignedInRequest) -> HttpResponse:
 def _report_context(report: models.GapReport, problem: str = "") -> dict[str, Any]:
     return {
         "report": report,
-        "kind": gap_kind(report.cls, report.slot),
         "export": report_json(report),
         "history": [{**h, "at": datetime.fromisoformat(h["at"])} for h in report.history],
         "status_form": StatusForm(initial={"status": report.status}),
@@ -171,12 +168,7 @@ def gap_report_status(request: SignedInRequest, pk: int) -> HttpResponse:
     problem = ""
     if form.is_valid():
         try:
-            report = gap_report_set_status(
-                report_id=report.pk,
-                status=form.cleaned_data["status"],
-                note=form.cleaned_data["note"],
-                user=request.user,
-            )
+            report = gap_report_set_status(report_id=report.pk, **form.cleaned_data, user=request.user)
         except ServiceError as exc:
             problem = exc.detail
     else:
@@ -209,7 +201,9 @@ def gap_report_export(request: SignedInRequest, pk: int, fmt: str) -> HttpRespon
 
 
 # A checkbox cannot say "leave it": unticked leaves a trusted server trusted; its page withdraws trust.
-_KEEPS_TRUST = "unticked keeps a server's current trust; withdraw trust on the server's page"
+def _trust_field() -> forms.BooleanField:
+    help_text = "unticked keeps a server's current trust; withdraw trust on the server's page"
+    return forms.BooleanField(required=False, label="trust this server's annotations", help_text=help_text)
 
 
 class PastedImportForm(forms.Form):
@@ -219,9 +213,7 @@ class PastedImportForm(forms.Form):
         label="tools/list result (JSON)",
         help_text='{"tools": [...]}, a JSON-RPC answer carrying one, or a bare list of Tool objects',
     )
-    annotations_trusted = forms.BooleanField(
-        required=False, label="trust this server's annotations", help_text=_KEEPS_TRUST
-    )
+    annotations_trusted = _trust_field()
 
 
 class McpImportForm(forms.Form):
@@ -243,9 +235,7 @@ class McpImportForm(forms.Form):
         help_text="e.g. https://tools.example.com/mcp; only hosts listed in PREFLIGHT_HTTP_ALLOW",
     )
     timeout_s = forms.FloatField(min_value=1, max_value=120, initial=15, label="timeout (s)")
-    annotations_trusted = forms.BooleanField(
-        required=False, label="trust this server's annotations", help_text=_KEEPS_TRUST
-    )
+    annotations_trusted = _trust_field()
 
 
 @require_GET
@@ -385,10 +375,7 @@ def _server_tools(
     tools: dict[str, list[models.ToolContract]] = {}
     for c in models.ToolContract.objects.filter(server=server).order_by("name", "-created_at", "-pk"):
         tools.setdefault(c.name, []).append(c)
-    return [
-        (name, [(v, versions[i + 1] if i + 1 < len(versions) else None) for i, v in enumerate(versions)])
-        for name, versions in sorted(tools.items())
-    ]
+    return [(name, list(zip_longest(versions, versions[1:]))) for name, versions in sorted(tools.items())]
 
 
 @require_POST
@@ -611,7 +598,6 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
     current = sidecar_of(row)
     arguments = sidecar_arguments(row)
     problem = ""
-    saved: SidecarSaved | None = None
     if request.method == "POST":
         form = SidecarForm(request.POST)
         form.is_valid()
@@ -671,7 +657,6 @@ def contract_sidecar(request: SignedInRequest, pk: int) -> HttpResponse:
         "form": form,
         "check": check,
         "problem": problem,
-        "saved": saved,
         "draft": pretty_json(check.extension) if check.extension is not None else "",
         "arguments": [{"name": n, "confirm": c, "question": q} for n, (c, q) in typed.items()],
     }

@@ -45,7 +45,6 @@ from console.web.review_rows import (
     arg_schema,
     conversation,
     parse_edit,
-    short,
     slot_rows,
     values_before_edits,
 )
@@ -123,7 +122,6 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
     grant = models.Grant.objects.filter(record=latest).order_by("-pk").first()
     history = models.PreflightRecord.objects.filter(execution=execution).order_by("-seq")
     payload = record.get("payload")
-    nxt = review_queue.next_held(execution)
     return {
         "execution": execution,
         "latest": latest,
@@ -143,8 +141,6 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
         "payload_json": json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
         if payload
         else None,
-        "contract": execution.contract,
-        "contract_short": short(record.get("contract_digest")),
         "pending_call": pending,
         "why_not": why_not,
         "grant": grant,
@@ -160,7 +156,7 @@ def _review_context(request: SignedInRequest, execution: models.Execution) -> di
         "approver": approver,
         "provider_gaps": _provider_gaps(record) if open_ and why_not else [],
         "version": _version(execution),
-        "next_held": reverse("review-execution", args=[nxt]) if nxt else None,
+        "next_held": review_queue.next_held(execution),
     }
 
 
@@ -355,23 +351,17 @@ def answer_slot(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
             reviewer=request.user,
         )
     except InvalidAnswer as exc:
-        return _edit_refused(request, execution, exc, text)
+        # The engine's answer check refused it, so it settled nothing: the page again (422, the partial for
+        # htmx), the field keeping what was typed, the reason and the accepted form on it.
+        error = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
+        context = {**_review_context(request, execution), "edit_error": error}
+        return render_partial(request, REVIEW, context, "review", status=422)
     except ServiceError as exc:
         _refused(request, exc)
     else:
         label = _label(_execution(execution.pk), slot)
         messages.success(request, f"{label}: your value is recorded and the execution was preflighted again")
     return _done(request, execution)
-
-
-def _edit_refused(
-    request: SignedInRequest, execution: models.Execution, exc: InvalidAnswer, text: str
-) -> HttpResponse:
-    """A value the engine's answer check refuses settles nothing: the page again (422, the partial for htmx),
-    the field keeping what was typed, the reason and the accepted form on it."""
-    context = _review_context(request, execution)
-    context["edit_error"] = {"slot": exc.slot, "reason": exc.reason, "accepts": exc.accepts, "value": text}
-    return render_partial(request, REVIEW, context, "review", status=422)
 
 
 @role_required(APPROVER, what=ACTION)

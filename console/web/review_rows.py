@@ -463,14 +463,9 @@ def conversation(request: Mapping[str, Any], rows: Sequence[SlotRow]) -> list[Tu
 def _segments(content: str, marks: list[tuple[int, int, str, str, str]]) -> list[Segment]:
     if not marks:
         return [Segment(content)]
-    cuts = sorted(
-        {
-            0,
-            len(content),
-            *(min(max(m[0], 0), len(content)) for m in marks),
-            *(min(max(m[1], 0), len(content)) for m in marks),
-        }
-    )
+    # Where each mark starts and ends, clamped into the text, and the text's own two ends.
+    ends = {min(max(x, 0), len(content)) for m in marks for x in (m[0], m[1])}
+    cuts = sorted({0, len(content), *ends})
     out = []
     for a, b in pairwise(cuts):
         over = [m for m in marks if m[0] <= a and m[1] >= b]
