@@ -74,7 +74,16 @@ def catalog_import(
         raise BadInput("invalid", "server: required, a non-empty string")
     if connector is not None:
         connector = _checked(connectors.checked_connector, connector)
-        check_connector_timeout(connector)
+        # A tool is called inside the web request: a timeout the web worker's own limit cannot fit would
+        # end in a killed worker and no outcome, so it is refused when configured (PREFLIGHT_WEB_TIMEOUT_S).
+        timeout_s = connector.get("timeout_s")
+        limit = settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S
+        if timeout_s is not None and float(timeout_s) > limit:
+            raise Unprocessable(
+                "timeout_too_long",
+                f"connector.timeout_s: {timeout_s:g}s does not fit inside the web worker's limit"
+                f" ({settings.PREFLIGHT_WEB_TIMEOUT_S}s, PREFLIGHT_WEB_TIMEOUT_S); at most {limit}s",
+            )
     srv, created = models.Server.objects.select_for_update().get_or_create(
         name=server, defaults={"connector": dict(connector or {"kind": "python"})}
     )
@@ -145,19 +154,6 @@ def catalog_import(
         },
     )
     return CatalogImport(srv, results, retired, kept)
-
-
-def check_connector_timeout(connector: Mapping[str, Any]) -> None:
-    """A tool is called inside the web request: a timeout the web worker's own limit cannot fit would end in
-    a killed worker and no outcome, so it is refused when configured (settings.PREFLIGHT_WEB_TIMEOUT_S)."""
-    timeout_s = connector.get("timeout_s")
-    limit = settings.PREFLIGHT_TOOL_TIMEOUT_MAX_S
-    if timeout_s is not None and float(timeout_s) > limit:
-        raise Unprocessable(
-            "timeout_too_long",
-            f"connector.timeout_s: {timeout_s:g}s does not fit inside the web worker's limit"
-            f" ({settings.PREFLIGHT_WEB_TIMEOUT_S}s, PREFLIGHT_WEB_TIMEOUT_S); at most {limit}s",
-        )
 
 
 def _import_tool(srv: models.Server, tool: Mapping[str, Any], extension: Any, now: datetime) -> ImportedTool:
