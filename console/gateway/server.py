@@ -35,7 +35,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import anyio
@@ -242,27 +242,20 @@ class Gateway:
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        caller = await self._authorize()
+        await self._authorize()
         exposed = self.tools.get(params.name)
         if exposed is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         arguments = dict(params.arguments or {})
         caps = Caps.of(ctx)
         if params.request_state is not None:
-            # Plaintext: the boundary verified the seal, expiry, tool, arguments and principal.
+            # Plaintext this gateway minted (`_state`): the boundary verified the seal, expiry, tool,
+            # arguments and caller (principal and exact token, `bind_principal`). An older release's does not
+            # parse.
             try:
                 state = json.loads(params.request_state)
-                execution_id = state["e"]
-                last = Round(
-                    state["k"],
-                    tuple(state.get("f") or ()),
-                    bool(state.get("c")),
-                    state.get("d"),
-                    state.get("s"),
-                    state.get("q"),
-                )
-                if [state.get(k) for k in "pta"] != [self.principal, params.name, caller.pk]:
-                    raise ValueError("another caller's state")
+                execution_id = state.pop("e")
+                last = Round(**{**state, "fields": tuple(state["fields"])})
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
             response = (params.input_responses or {}).get(INPUT_KEY)
@@ -482,7 +475,7 @@ class Gateway:
                 if waited >= MEASURE_WAIT_S:
                     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
                         step = Round("wait", confirmed=confirmed)
-                        return self._input_required(exposed, execution_id, step, None)
+                        return self._input_required(execution_id, step, None)
                     return _text("Lookups are still running; call again shortly.", error=True, record=summary)
                 await anyio.sleep(0.1)
                 waited += 0.1
@@ -539,7 +532,7 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask a form: on 2026-07-28 in the result (the client answers and retries), else during the call."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return self._input_required(exposed, execution_id, step, form)
+            return self._input_required(execution_id, step, form)
         result = await ctx.session.elicit_form(
             form.message, form.requested_schema, related_request_id=ctx.request_id
         )
@@ -577,7 +570,7 @@ class Gateway:
             request = types.ElicitRequest(params=types.ElicitRequestURLParams(message=message, url=url))
             return types.InputRequiredResult(
                 input_requests={INPUT_KEY: request},
-                request_state=self._state(exposed, execution_id, step),
+                request_state=self._state(execution_id, step),
             )
         result = await ctx.session.elicit_url(
             message,
@@ -594,28 +587,13 @@ class Gateway:
 
     # ---- pieces ----------------------------------------------------------------------------------
 
-    def _state(self, exposed: Exposed, execution_id: str, step: Round) -> str:
-        tool = next(name for name, e in self.tools.items() if e is exposed)
-        state = {
-            "e": execution_id,
-            "p": self.principal,
-            "a": self._caller().pk,
-            "t": tool,
-            "k": step.kind,
-            "f": list(step.fields),
-        }
-        if step.confirm:
-            state["c"] = True
-        if step.confirmed:
-            state["d"] = step.confirmed
-        if step.shown:
-            state["s"] = step.shown
-        if step.seq is not None:
-            state["q"] = step.seq
-        return json.dumps(state, separators=(",", ":"))
+    def _state(self, execution_id: str, step: Round) -> str:
+        """The execution and the round: the boundary binds the sealed state to the tool, its arguments and
+        the caller, so nothing of those needs carrying."""
+        return json.dumps({"e": execution_id, **asdict(step)}, separators=(",", ":"))
 
     def _input_required(
-        self, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
+        self, execution_id: str, step: Round, form: elicitation.Form | None
     ) -> types.InputRequiredResult:
         requests: dict[str, types.InputRequest] | None = None
         if form is not None:
@@ -626,7 +604,7 @@ class Gateway:
             )
             requests = {INPUT_KEY: request}
         return types.InputRequiredResult(
-            input_requests=requests, request_state=self._state(exposed, execution_id, step)
+            input_requests=requests, request_state=self._state(execution_id, step)
         )
 
     def _target(self, exposed: Exposed, latest: Mapping[str, Any]) -> Exposed:
