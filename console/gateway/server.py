@@ -249,7 +249,7 @@ class Gateway:
         arguments = dict(params.arguments or {})
         caps = Caps.of(ctx)
         if params.request_state is not None:
-            # Plaintext this gateway minted (`_state`): the boundary verified the seal, expiry, tool,
+            # Plaintext this gateway minted (`_input_required`): the boundary verified the seal, expiry, tool,
             # arguments and caller (principal and exact token, `bind_principal`). An older release's does not
             # parse.
             try:
@@ -532,7 +532,8 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask a form: on 2026-07-28 in the result (the client answers and retries), else during the call."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return self._input_required(execution_id, step, form)
+            ask = types.ElicitRequestFormParams(message=form.message, requested_schema=form.requested_schema)
+            return self._input_required(execution_id, step, ask)
         result = await ctx.session.elicit_form(
             form.message, form.requested_schema, related_request_id=ctx.request_id
         )
@@ -567,10 +568,8 @@ class Gateway:
         message = f"{what}. Open {url}, and accept here once it is done."
         step = Round("url", ("url",), confirmed=confirmed, seq=latest.get("seq"))
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            request = types.ElicitRequest(params=types.ElicitRequestURLParams(message=message, url=url))
-            return types.InputRequiredResult(
-                input_requests={INPUT_KEY: request},
-                request_state=self._state(execution_id, step),
+            return self._input_required(
+                execution_id, step, types.ElicitRequestURLParams(message=message, url=url)
             )
         result = await ctx.session.elicit_url(
             message,
@@ -587,24 +586,15 @@ class Gateway:
 
     # ---- pieces ----------------------------------------------------------------------------------
 
-    def _state(self, execution_id: str, step: Round) -> str:
-        """The execution and the round: the boundary binds the sealed state to the tool, its arguments and
-        the caller, so nothing of those needs carrying."""
-        return json.dumps({"e": execution_id, **asdict(step)}, separators=(",", ":"))
-
     def _input_required(
-        self, execution_id: str, step: Round, form: elicitation.Form | None
+        self, execution_id: str, step: Round, ask: types.ElicitRequestParams | None
     ) -> types.InputRequiredResult:
-        requests: dict[str, types.InputRequest] | None = None
-        if form is not None:
-            request = types.ElicitRequest(
-                params=types.ElicitRequestFormParams(
-                    message=form.message, requested_schema=form.requested_schema
-                )
-            )
-            requests = {INPUT_KEY: request}
+        """End the request with the round's question (None: none, call again). The state is the execution and
+        the round: the boundary binds it, sealed, to the tool, its arguments and the caller, so nothing of
+        those needs carrying."""
         return types.InputRequiredResult(
-            input_requests=requests, request_state=self._state(execution_id, step)
+            input_requests={INPUT_KEY: types.ElicitRequest(params=ask)} if ask is not None else None,
+            request_state=json.dumps({"e": execution_id, **asdict(step)}, separators=(",", ":")),
         )
 
     def _target(self, exposed: Exposed, latest: Mapping[str, Any]) -> Exposed:
