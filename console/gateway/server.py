@@ -258,8 +258,13 @@ class Gateway:
                 last = Round(**{**state, "fields": tuple(state["fields"])})
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
-            response = (params.input_responses or {}).get(INPUT_KEY)
-            return await self._resume(ctx, exposed, execution_id, last, response, caps)
+            if last.kind == "wait":
+                return await self._advance(ctx, exposed, execution_id, caps, confirmed=last.confirmed)
+            # As the SDK parsed it: an answer of another kind (or none) is not the elicitation's.
+            answer = (params.input_responses or {}).get(INPUT_KEY)
+            if not isinstance(answer, types.ElicitResult):
+                return _text("the answer to the elicitation is missing from inputResponses", error=True)
+            return await self._take(ctx, exposed, execution_id, last, answer, caps)
         return await self._begin(ctx, exposed, params.name, arguments, params.meta, caps)
 
     # ---- the first round -----------------------------------------------------------------------
@@ -360,16 +365,6 @@ class Gateway:
         )
 
     # ---- later rounds --------------------------------------------------------------------------
-
-    async def _resume(
-        self, ctx: Any, exposed: Exposed, execution_id: str, last: Round, response: Any, caps: Caps
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        if last.kind == "wait":
-            return await self._advance(ctx, exposed, execution_id, caps, confirmed=last.confirmed)
-        answer = _elicit_result(response)
-        if answer is None:
-            return _text("the answer to the elicitation is missing from inputResponses", error=True)
-        return await self._take(ctx, exposed, execution_id, last, answer, caps)
 
     async def _take(
         self,
@@ -781,15 +776,6 @@ def _settled(latest: Mapping[str, Any]) -> dict[str, Any]:
 def _tool_words(exposed: Exposed) -> str:
     title = exposed.definition.get("title") or (exposed.definition.get("annotations") or {}).get("title")
     return f"run {title or exposed.definition['name']}"
-
-
-def _elicit_result(response: Any) -> types.ElicitResult | None:
-    if isinstance(response, Mapping):
-        try:
-            return types.ElicitResult.model_validate(response)
-        except ValueError:
-            return None
-    return response if isinstance(response, types.ElicitResult) else None
 
 
 def _record(*, execution_id: str) -> dict[str, Any]:
