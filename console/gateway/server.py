@@ -247,7 +247,6 @@ class Gateway:
         if exposed is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         arguments = dict(params.arguments or {})
-        caps = Caps.of(ctx)
         if params.request_state is not None:
             # Plaintext this gateway minted (`_input_required`): the boundary verified the seal, expiry, tool,
             # arguments and caller (principal and exact token, `bind_principal`). An older release's does not
@@ -259,18 +258,18 @@ class Gateway:
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
             if last.kind == "wait":
-                return await self._advance(ctx, exposed, execution_id, caps, confirmed=last.confirmed)
+                return await self._advance(ctx, exposed, execution_id, confirmed=last.confirmed)
             # As the SDK parsed it: an answer of another kind (or none) is not the elicitation's.
             answer = (params.input_responses or {}).get(INPUT_KEY)
             if not isinstance(answer, types.ElicitResult):
                 return _text("the answer to the elicitation is missing from inputResponses", error=True)
-            return await self._take(ctx, exposed, execution_id, last, answer, caps)
-        return await self._begin(ctx, exposed, params.name, arguments, params.meta, caps)
+            return await self._take(ctx, exposed, execution_id, last, answer)
+        return await self._begin(ctx, exposed, params.name, arguments, params.meta)
 
     # ---- the first round -----------------------------------------------------------------------
 
     async def _begin(
-        self, ctx: Any, exposed: Exposed, name: str, arguments: dict[str, Any], meta: Any, caps: Caps
+        self, ctx: Any, exposed: Exposed, name: str, arguments: dict[str, Any], meta: Any
     ) -> types.CallToolResult | types.InputRequiredResult:
         checked = await self._pin_check(exposed, name, arguments)
         if isinstance(checked, types.CallToolResult):
@@ -296,7 +295,7 @@ class Gateway:
             execution = await _db(execution_create, body=body, token=self._caller(), actor=self._actor())
         except ServiceError as exc:
             return _text(f"{exc.code}: {exc.detail}", error=True)
-        return await self._advance(ctx, exposed, str(execution.pk), caps)
+        return await self._advance(ctx, exposed, str(execution.pk))
 
     def _body(
         self, exposed: Exposed, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
@@ -373,7 +372,6 @@ class Gateway:
         execution_id: str,
         last: Round,
         answer: types.ElicitResult,
-        caps: Caps,
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Read the user's answer to the previous round, record it, and go on."""
         taken = _ROUNDS.get() + 1
@@ -430,7 +428,7 @@ class Gateway:
             latest = await _db(_record, execution_id=execution_id)
             if latest.get("payload_digest") == last.shown:
                 confirmed = await self._confirm(execution_id, latest)
-        return await self._advance(ctx, exposed, execution_id, caps, problem=problem, confirmed=confirmed)
+        return await self._advance(ctx, exposed, execution_id, problem=problem, confirmed=confirmed)
 
     async def _decline(
         self, execution_id: str, action: str, asked: list[str], text: str, word: str
@@ -453,7 +451,6 @@ class Gateway:
         ctx: Any,
         exposed: Exposed,
         execution_id: str,
-        caps: Caps,
         *,
         problem: str = "",
         confirmed: str | None = None,
@@ -479,23 +476,23 @@ class Gateway:
                 if self._destructive(exposed, latest) and confirmed != latest.get("payload_digest"):
                     ask = self._confirm_form(exposed, latest)
                     step = Round("confirm", (CONFIRM_FIELD,), True, confirmed, latest.get("payload_digest"))
-                    if not caps.form:
+                    if not Caps.of(ctx).form:
                         return _text(
                             "This call changes things irreversibly and needs the user's confirmation, but"
                             " this client declared no form elicitation capability.",
                             error=True,
                             record=summary,
                         )
-                    return await self._ask(ctx, exposed, execution_id, step, ask, caps)
+                    return await self._ask(ctx, exposed, execution_id, step, ask)
                 return await self._run(exposed, execution_id, latest)
             if verdict == "ask":
                 form = self._form(exposed, latest, problem=problem)
                 problem = ""
                 if not form.fields:
                     return await self._by_url(
-                        ctx, exposed, execution_id, latest, caps, questions=True, confirmed=confirmed
+                        ctx, exposed, execution_id, latest, questions=True, confirmed=confirmed
                     )
-                if not caps.form:
+                if not Caps.of(ctx).form:
                     asked = ", ".join(q.get("text") or q["slot"] for q in latest.get("questions") or [])
                     return _text(
                         f"This call needs answers from the user ({asked}), but this client declared no form"
@@ -505,10 +502,10 @@ class Gateway:
                     )
                 with_confirm = CONFIRM_FIELD in form.requested_schema["properties"]
                 step = Round("form", tuple(f.slot for f in form.fields), with_confirm, confirmed)
-                return await self._ask(ctx, exposed, execution_id, step, form, caps)
+                return await self._ask(ctx, exposed, execution_id, step, form)
             if verdict == "hold":
                 return await self._by_url(
-                    ctx, exposed, execution_id, latest, caps, questions=False, confirmed=confirmed
+                    ctx, exposed, execution_id, latest, questions=False, confirmed=confirmed
                 )
             if verdict == "block":
                 unmet = ", ".join(u["id"] for u in latest.get("unmet") or []) or "a prohibiting condition"
@@ -523,7 +520,7 @@ class Gateway:
             return _text(f"Unexpected verdict {verdict!r}; nothing was executed.", error=True, record=summary)
 
     async def _ask(
-        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form, caps: Caps
+        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask a form: on 2026-07-28 in the result (the client answers and retries), else during the call."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -532,7 +529,7 @@ class Gateway:
         result = await ctx.session.elicit_form(
             form.message, form.requested_schema, related_request_id=ctx.request_id
         )
-        return await self._take(ctx, exposed, execution_id, step, result, caps)
+        return await self._take(ctx, exposed, execution_id, step, result)
 
     async def _by_url(
         self,
@@ -540,7 +537,6 @@ class Gateway:
         exposed: Exposed,
         execution_id: str,
         latest: Mapping[str, Any],
-        caps: Caps,
         *,
         questions: bool,
         confirmed: str | None,
@@ -553,7 +549,7 @@ class Gateway:
             if questions
             else "This call is held for review by an approver"
         )
-        if not caps.url:
+        if not Caps.of(ctx).url:
             return _text(
                 f"{what}: {url} — this client declared no URL elicitation capability; open the page there."
                 " Nothing was executed.",
@@ -573,11 +569,11 @@ class Gateway:
             related_request_id=ctx.request_id,
         )
         if result.action != "accept":
-            return await self._take(ctx, exposed, execution_id, step, result, caps)
+            return await self._take(ctx, exposed, execution_id, step, result)
         after = await _db(_record, execution_id=execution_id)
         if after.get("seq") == latest.get("seq"):
             return _unchanged(url, summary)
-        return await self._advance(ctx, exposed, execution_id, caps, confirmed=confirmed)
+        return await self._advance(ctx, exposed, execution_id, confirmed=confirmed)
 
     # ---- pieces ----------------------------------------------------------------------------------
 
