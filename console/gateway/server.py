@@ -383,10 +383,7 @@ class Gateway:
                 record=self._summary(execution_id, "ask"),
             )
         if answer.action != "accept":
-            word = "declined" if answer.action == "decline" else "cancelled"
-            asked = list(last.fields) or [last.kind]
-            text = f"The user {word}; nothing was executed."
-            return await self._decline(execution_id, answer.action, asked, text, word)
+            return await self._decline(execution_id, answer.action, list(last.fields) or [last.kind])
         content = answer.content or {}
         problem = ""
         confirmed = last.confirmed
@@ -424,16 +421,17 @@ class Gateway:
         elif last.kind == "confirm":
             if content.get(CONFIRM_FIELD) is not True:
                 text = "The user did not confirm; nothing was executed."
-                return await self._decline(execution_id, "decline", [CONFIRM_FIELD], text, "declined")
+                return await self._decline(execution_id, "decline", [CONFIRM_FIELD], text)
             latest = await _db(_record, execution_id=execution_id)
             if latest.get("payload_digest") == last.shown:
                 confirmed = await self._confirm(execution_id, latest)
         return await self._advance(ctx, exposed, execution_id, problem=problem, confirmed=confirmed)
 
     async def _decline(
-        self, execution_id: str, action: str, asked: list[str], text: str, word: str
+        self, execution_id: str, action: str, asked: list[str], text: str = ""
     ) -> types.CallToolResult:
         """The user declined (or cancelled) what was asked: recorded, and nothing runs."""
+        word = "declined" if action == "decline" else "cancelled"
         await _db(
             gateway_services.gateway_decline,
             execution_id=execution_id,
@@ -442,6 +440,7 @@ class Gateway:
             principal=self.principal,
             actor=self._actor(),
         )
+        text = text or f"The user {word}; nothing was executed."
         return _text(text, error=True, record=self._summary(execution_id, word))
 
     # ---- one verdict at a time ---------------------------------------------------------------------
