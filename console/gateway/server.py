@@ -488,9 +488,7 @@ class Gateway:
                 form = self._form(exposed, latest, problem=problem)
                 problem = ""
                 if not form.fields:
-                    return await self._by_url(
-                        ctx, exposed, execution_id, latest, questions=True, confirmed=confirmed
-                    )
+                    return await self._by_url(ctx, exposed, execution_id, latest, confirmed=confirmed)
                 if not Caps.of(ctx).form:
                     asked = ", ".join(q.get("text") or q["slot"] for q in latest.get("questions") or [])
                     return _text(
@@ -503,9 +501,7 @@ class Gateway:
                 step = Round("form", tuple(f.slot for f in form.fields), with_confirm, confirmed)
                 return await self._ask(ctx, exposed, execution_id, step, form)
             if verdict == "hold":
-                return await self._by_url(
-                    ctx, exposed, execution_id, latest, questions=False, confirmed=confirmed
-                )
+                return await self._by_url(ctx, exposed, execution_id, latest, confirmed=confirmed)
             if verdict == "block":
                 unmet = ", ".join(u["id"] for u in latest.get("unmet") or []) or "a prohibiting condition"
                 reasons = "; ".join(latest.get("reasons") or [])
@@ -537,10 +533,10 @@ class Gateway:
         execution_id: str,
         latest: Mapping[str, Any],
         *,
-        questions: bool,
         confirmed: str | None,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        # Questions go to the requester's own answer page; a hold to the review page.
+        # Questions (verdict `ask`) go to the requester's own answer page; a hold to the review page.
+        questions = latest["verdict"] == "ask"
         url = self.public_url + latest["console_url"] + ("answers/" if questions else "")
         summary = self._summary(execution_id, latest["verdict"])
         what = (
