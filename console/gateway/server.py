@@ -286,7 +286,7 @@ class Gateway:
                 actor=self._actor(),
             )
             try:
-                result = await exposed.upstream.call(name, arguments, self._timeout(exposed))
+                result = await exposed.upstream.call(name, arguments, exposed.upstream.config.timeout_s)
             except (connectors.ToolCallFailed, connectors.OutcomeUnknown) as exc:
                 return _text(f"{name}: {exc}", error=True)
             return types.CallToolResult.model_validate(result)
@@ -329,9 +329,6 @@ class Gateway:
                 {"server": self.tools[n].upstream.server, "tool": n} for n in [name, *others][:50]
             ]
         return body
-
-    def _timeout(self, exposed: Exposed) -> float:
-        return float(exposed.upstream.config.timeout_s or settings.PREFLIGHT_TOOL_TIMEOUT_S)
 
     async def _pin_check(
         self, exposed: Exposed, name: str, arguments: Mapping[str, Any]
