@@ -676,7 +676,11 @@ class Gateway:
         """Send the granted payload, once, if the live definition is still the one the grant names."""
         digest, when = self._checked.get((exposed.upstream.server, tool), ("", -RECHECK_AFTER_S))
         if digest != pinned_digest or time.monotonic() - when > RECHECK_AFTER_S:
-            await self._recheck(exposed, tool, pinned_digest)
+            contract, _, live_digest = await self._live(exposed, tool)
+            if contract is None or contract.digest != pinned_digest or live_digest != pinned_digest:
+                raise connectors.ToolCallFailed(
+                    f"{tool!r}: the upstream definition changed; nothing was sent"
+                )
         result = await exposed.upstream.call(tool, payload, timeout_s)
         if result.get("isError"):
             raise connectors.ToolCallFailed(
@@ -700,11 +704,6 @@ class Gateway:
             sidecar=contract.definition.get("x-preflight"),
         )
         return contract, live, live_digest
-
-    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
-        contract, _, live_digest = await self._live(exposed, tool)
-        if contract is None or contract.digest != pinned_digest or live_digest != pinned_digest:
-            raise connectors.ToolCallFailed(f"{tool!r}: the upstream definition changed; nothing was sent")
 
     async def _confirm(self, execution_id: str, latest: Mapping[str, Any]) -> str | None:
         await _db(
