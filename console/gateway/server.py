@@ -150,7 +150,6 @@ class Gateway:
         *,
         principal: str,
         public_url: str | None = None,
-        actor: str = ACTOR,
         token: str | None = None,
     ) -> None:
         self.upstreams = list(upstreams)
@@ -158,7 +157,6 @@ class Gateway:
         # stdio: the one token this process was started with. None: over HTTP, each request's bearer token.
         self.token = token
         self.public_url = (public_url or settings.PREFLIGHT_PUBLIC_URL).rstrip("/")
-        self.actor = actor
         self.tools: dict[str, Exposed] = {}
         # (server, tool) -> (digest, when) of the last pin check that passed, so the send that follows it in
         # the same call does not list the upstream again (a later round, after the user answered, does).
@@ -227,7 +225,7 @@ class Gateway:
         return token
 
     def _actor(self) -> str:
-        return f"{self.actor} (agent:{self._caller().name})"
+        return f"{ACTOR} (agent:{self._caller().name})"
 
     # ---- handlers ------------------------------------------------------------------------------
 
