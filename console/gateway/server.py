@@ -97,10 +97,8 @@ async def _db[T](fn: Callable[..., T], /, **kwargs: Any) -> T:
 
 
 def _text(text: str, *, error: bool, record: Mapping[str, Any] | None = None) -> types.CallToolResult:
-    data: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": error}
-    if record is not None:
-        data["_meta"] = {META_RECORD: record}
-    return types.CallToolResult.model_validate(data)
+    meta = {META_RECORD: record} if record is not None else None
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error, _meta=meta)
 
 
 @dataclass(frozen=True, slots=True)
