@@ -242,7 +242,6 @@ class Gateway:
         exposed = self.tools.get(params.name)
         if exposed is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        arguments = dict(params.arguments or {})
         if params.request_state is not None:
             # Plaintext this gateway minted (`_input_required`): the boundary verified the seal, expiry, tool,
             # arguments and caller (principal and exact token, `bind_principal`). An older release's does not
@@ -260,12 +259,12 @@ class Gateway:
             if not isinstance(answer, types.ElicitResult):
                 return _text("the answer to the elicitation is missing from inputResponses", error=True)
             return await self._take(ctx, exposed, execution_id, last, answer)
-        return await self._begin(ctx, exposed, params.name, arguments, params.meta)
+        return await self._begin(ctx, exposed, params.name, dict(params.arguments or {}), params.meta or {})
 
     # ---- the first round -----------------------------------------------------------------------
 
     async def _begin(
-        self, ctx: Any, exposed: Exposed, name: str, arguments: dict[str, Any], meta: Any
+        self, ctx: Any, exposed: Exposed, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
     ) -> types.CallToolResult | types.InputRequiredResult:
         checked = await self._pin_check(exposed, name, arguments)
         if isinstance(checked, types.CallToolResult):
@@ -286,7 +285,7 @@ class Gateway:
             except (connectors.ToolCallFailed, connectors.OutcomeUnknown) as exc:
                 return _text(f"{name}: {exc}", error=True)
             return types.CallToolResult.model_validate(result)
-        body = self._body(exposed, name, arguments, meta if isinstance(meta, Mapping) else {})
+        body = self._body(exposed, name, arguments, meta)
         try:
             execution = await _db(execution_create, body=body, token=self._caller(), actor=self._actor())
         except ServiceError as exc:
