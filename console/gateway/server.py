@@ -35,7 +35,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import anyio
@@ -97,10 +97,8 @@ async def _db[T](fn: Callable[..., T], /, **kwargs: Any) -> T:
 
 
 def _text(text: str, *, error: bool, record: Mapping[str, Any] | None = None) -> types.CallToolResult:
-    data: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": error}
-    if record is not None:
-        data["_meta"] = {META_RECORD: record}
-    return types.CallToolResult.model_validate(data)
+    meta = {META_RECORD: record} if record is not None else None
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error, _meta=meta)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +148,6 @@ class Gateway:
         *,
         principal: str,
         public_url: str | None = None,
-        actor: str = ACTOR,
         token: str | None = None,
     ) -> None:
         self.upstreams = list(upstreams)
@@ -158,7 +155,6 @@ class Gateway:
         # stdio: the one token this process was started with. None: over HTTP, each request's bearer token.
         self.token = token
         self.public_url = (public_url or settings.PREFLIGHT_PUBLIC_URL).rstrip("/")
-        self.actor = actor
         self.tools: dict[str, Exposed] = {}
         # (server, tool) -> (digest, when) of the last pin check that passed, so the send that follows it in
         # the same call does not list the upstream again (a later round, after the user answered, does).
@@ -227,7 +223,7 @@ class Gateway:
         return token
 
     def _actor(self) -> str:
-        return f"{self.actor} (agent:{self._caller().name})"
+        return f"{ACTOR} (agent:{self._caller().name})"
 
     # ---- handlers ------------------------------------------------------------------------------
 
@@ -242,37 +238,33 @@ class Gateway:
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        caller = await self._authorize()
+        await self._authorize()
         exposed = self.tools.get(params.name)
         if exposed is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        arguments = dict(params.arguments or {})
-        caps = Caps.of(ctx)
         if params.request_state is not None:
-            # Plaintext: the boundary verified the seal, expiry, tool, arguments and principal.
+            # Plaintext this gateway minted (`_input_required`): the boundary verified the seal, expiry, tool,
+            # arguments and caller (principal and exact token, `bind_principal`). An older release's does not
+            # parse.
             try:
                 state = json.loads(params.request_state)
-                execution_id = state["e"]
-                last = Round(
-                    state["k"],
-                    tuple(state.get("f") or ()),
-                    bool(state.get("c")),
-                    state.get("d"),
-                    state.get("s"),
-                    state.get("q"),
-                )
-                if [state.get(k) for k in "pta"] != [self.principal, params.name, caller.pk]:
-                    raise ValueError("another caller's state")
+                execution_id = state.pop("e")
+                last = Round(**{**state, "fields": tuple(state["fields"])})
             except (ValueError, KeyError, TypeError):
                 raise MCPError(code=types.INVALID_PARAMS, message="Invalid or expired requestState") from None
-            response = (params.input_responses or {}).get(INPUT_KEY)
-            return await self._resume(ctx, exposed, execution_id, last, response, caps)
-        return await self._begin(ctx, exposed, params.name, arguments, params.meta, caps)
+            if last.kind == "wait":
+                return await self._advance(ctx, exposed, execution_id, confirmed=last.confirmed)
+            # As the SDK parsed it: an answer of another kind (or none) is not the elicitation's.
+            answer = (params.input_responses or {}).get(INPUT_KEY)
+            if not isinstance(answer, types.ElicitResult):
+                return _text("the answer to the elicitation is missing from inputResponses", error=True)
+            return await self._take(ctx, exposed, execution_id, last, answer)
+        return await self._begin(ctx, exposed, params.name, dict(params.arguments or {}), params.meta or {})
 
     # ---- the first round -----------------------------------------------------------------------
 
     async def _begin(
-        self, ctx: Any, exposed: Exposed, name: str, arguments: dict[str, Any], meta: Any, caps: Caps
+        self, ctx: Any, exposed: Exposed, name: str, arguments: dict[str, Any], meta: Mapping[str, Any]
     ) -> types.CallToolResult | types.InputRequiredResult:
         checked = await self._pin_check(exposed, name, arguments)
         if isinstance(checked, types.CallToolResult):
@@ -289,16 +281,16 @@ class Gateway:
                 actor=self._actor(),
             )
             try:
-                result = await exposed.upstream.call(name, arguments, self._timeout(exposed))
+                result = await exposed.upstream.call(name, arguments, exposed.upstream.config.timeout_s)
             except (connectors.ToolCallFailed, connectors.OutcomeUnknown) as exc:
                 return _text(f"{name}: {exc}", error=True)
             return types.CallToolResult.model_validate(result)
-        body = self._body(exposed, name, arguments, meta if isinstance(meta, Mapping) else {})
+        body = self._body(exposed, name, arguments, meta)
         try:
             execution = await _db(execution_create, body=body, token=self._caller(), actor=self._actor())
         except ServiceError as exc:
             return _text(f"{exc.code}: {exc.detail}", error=True)
-        return await self._advance(ctx, exposed, str(execution.pk), caps)
+        return await self._advance(ctx, exposed, str(execution.pk))
 
     def _body(
         self, exposed: Exposed, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any]
@@ -333,9 +325,6 @@ class Gateway:
             ]
         return body
 
-    def _timeout(self, exposed: Exposed) -> float:
-        return float(exposed.upstream.config.timeout_s or settings.PREFLIGHT_TOOL_TIMEOUT_S)
-
     async def _pin_check(
         self, exposed: Exposed, name: str, arguments: Mapping[str, Any]
     ) -> models.ToolContract | types.CallToolResult:
@@ -368,16 +357,6 @@ class Gateway:
 
     # ---- later rounds --------------------------------------------------------------------------
 
-    async def _resume(
-        self, ctx: Any, exposed: Exposed, execution_id: str, last: Round, response: Any, caps: Caps
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        if last.kind == "wait":
-            return await self._advance(ctx, exposed, execution_id, caps, confirmed=last.confirmed)
-        answer = _elicit_result(response)
-        if answer is None:
-            return _text("the answer to the elicitation is missing from inputResponses", error=True)
-        return await self._take(ctx, exposed, execution_id, last, answer, caps)
-
     async def _take(
         self,
         ctx: Any,
@@ -385,7 +364,6 @@ class Gateway:
         execution_id: str,
         last: Round,
         answer: types.ElicitResult,
-        caps: Caps,
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Read the user's answer to the previous round, record it, and go on."""
         taken = _ROUNDS.get() + 1
@@ -397,10 +375,7 @@ class Gateway:
                 record=self._summary(execution_id, "ask"),
             )
         if answer.action != "accept":
-            word = "declined" if answer.action == "decline" else "cancelled"
-            asked = list(last.fields) or [last.kind]
-            text = f"The user {word}; nothing was executed."
-            return await self._decline(execution_id, answer.action, asked, text, word)
+            return await self._decline(execution_id, answer.action, list(last.fields) or [last.kind])
         content = answer.content or {}
         problem = ""
         confirmed = last.confirmed
@@ -438,16 +413,17 @@ class Gateway:
         elif last.kind == "confirm":
             if content.get(CONFIRM_FIELD) is not True:
                 text = "The user did not confirm; nothing was executed."
-                return await self._decline(execution_id, "decline", [CONFIRM_FIELD], text, "declined")
+                return await self._decline(execution_id, "decline", [CONFIRM_FIELD], text)
             latest = await _db(_record, execution_id=execution_id)
             if latest.get("payload_digest") == last.shown:
                 confirmed = await self._confirm(execution_id, latest)
-        return await self._advance(ctx, exposed, execution_id, caps, problem=problem, confirmed=confirmed)
+        return await self._advance(ctx, exposed, execution_id, problem=problem, confirmed=confirmed)
 
     async def _decline(
-        self, execution_id: str, action: str, asked: list[str], text: str, word: str
+        self, execution_id: str, action: str, asked: list[str], text: str = ""
     ) -> types.CallToolResult:
         """The user declined (or cancelled) what was asked: recorded, and nothing runs."""
+        word = "declined" if action == "decline" else "cancelled"
         await _db(
             gateway_services.gateway_decline,
             execution_id=execution_id,
@@ -456,6 +432,7 @@ class Gateway:
             principal=self.principal,
             actor=self._actor(),
         )
+        text = text or f"The user {word}; nothing was executed."
         return _text(text, error=True, record=self._summary(execution_id, word))
 
     # ---- one verdict at a time ---------------------------------------------------------------------
@@ -465,7 +442,6 @@ class Gateway:
         ctx: Any,
         exposed: Exposed,
         execution_id: str,
-        caps: Caps,
         *,
         problem: str = "",
         confirmed: str | None = None,
@@ -482,7 +458,7 @@ class Gateway:
                 if waited >= MEASURE_WAIT_S:
                     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
                         step = Round("wait", confirmed=confirmed)
-                        return self._input_required(exposed, execution_id, step, None)
+                        return self._input_required(execution_id, step, None)
                     return _text("Lookups are still running; call again shortly.", error=True, record=summary)
                 await anyio.sleep(0.1)
                 waited += 0.1
@@ -491,23 +467,21 @@ class Gateway:
                 if self._destructive(exposed, latest) and confirmed != latest.get("payload_digest"):
                     ask = self._confirm_form(exposed, latest)
                     step = Round("confirm", (CONFIRM_FIELD,), True, confirmed, latest.get("payload_digest"))
-                    if not caps.form:
+                    if not Caps.of(ctx).form:
                         return _text(
                             "This call changes things irreversibly and needs the user's confirmation, but"
                             " this client declared no form elicitation capability.",
                             error=True,
                             record=summary,
                         )
-                    return await self._ask(ctx, exposed, execution_id, step, ask, caps)
+                    return await self._ask(ctx, exposed, execution_id, step, ask)
                 return await self._run(exposed, execution_id, latest)
             if verdict == "ask":
                 form = self._form(exposed, latest, problem=problem)
                 problem = ""
                 if not form.fields:
-                    return await self._by_url(
-                        ctx, exposed, execution_id, latest, caps, questions=True, confirmed=confirmed
-                    )
-                if not caps.form:
+                    return await self._by_url(ctx, exposed, execution_id, latest, confirmed=confirmed)
+                if not Caps.of(ctx).form:
                     asked = ", ".join(q.get("text") or q["slot"] for q in latest.get("questions") or [])
                     return _text(
                         f"This call needs answers from the user ({asked}), but this client declared no form"
@@ -517,11 +491,9 @@ class Gateway:
                     )
                 with_confirm = CONFIRM_FIELD in form.requested_schema["properties"]
                 step = Round("form", tuple(f.slot for f in form.fields), with_confirm, confirmed)
-                return await self._ask(ctx, exposed, execution_id, step, form, caps)
+                return await self._ask(ctx, exposed, execution_id, step, form)
             if verdict == "hold":
-                return await self._by_url(
-                    ctx, exposed, execution_id, latest, caps, questions=False, confirmed=confirmed
-                )
+                return await self._by_url(ctx, exposed, execution_id, latest, confirmed=confirmed)
             if verdict == "block":
                 unmet = ", ".join(u["id"] for u in latest.get("unmet") or []) or "a prohibiting condition"
                 reasons = "; ".join(latest.get("reasons") or [])
@@ -535,15 +507,16 @@ class Gateway:
             return _text(f"Unexpected verdict {verdict!r}; nothing was executed.", error=True, record=summary)
 
     async def _ask(
-        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form, caps: Caps
+        self, ctx: Any, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask a form: on 2026-07-28 in the result (the client answers and retries), else during the call."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return self._input_required(exposed, execution_id, step, form)
+            ask = types.ElicitRequestFormParams(message=form.message, requested_schema=form.requested_schema)
+            return self._input_required(execution_id, step, ask)
         result = await ctx.session.elicit_form(
             form.message, form.requested_schema, related_request_id=ctx.request_id
         )
-        return await self._take(ctx, exposed, execution_id, step, result, caps)
+        return await self._take(ctx, exposed, execution_id, step, result)
 
     async def _by_url(
         self,
@@ -551,12 +524,11 @@ class Gateway:
         exposed: Exposed,
         execution_id: str,
         latest: Mapping[str, Any],
-        caps: Caps,
         *,
-        questions: bool,
         confirmed: str | None,
     ) -> types.CallToolResult | types.InputRequiredResult:
-        # Questions go to the requester's own answer page; a hold to the review page.
+        # Questions (verdict `ask`) go to the requester's own answer page; a hold to the review page.
+        questions = latest["verdict"] == "ask"
         url = self.public_url + latest["console_url"] + ("answers/" if questions else "")
         summary = self._summary(execution_id, latest["verdict"])
         what = (
@@ -564,7 +536,7 @@ class Gateway:
             if questions
             else "This call is held for review by an approver"
         )
-        if not caps.url:
+        if not Caps.of(ctx).url:
             return _text(
                 f"{what}: {url} — this client declared no URL elicitation capability; open the page there."
                 " Nothing was executed.",
@@ -574,10 +546,8 @@ class Gateway:
         message = f"{what}. Open {url}, and accept here once it is done."
         step = Round("url", ("url",), confirmed=confirmed, seq=latest.get("seq"))
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            request = types.ElicitRequest(params=types.ElicitRequestURLParams(message=message, url=url))
-            return types.InputRequiredResult(
-                input_requests={INPUT_KEY: request},
-                request_state=self._state(exposed, execution_id, step),
+            return self._input_required(
+                execution_id, step, types.ElicitRequestURLParams(message=message, url=url)
             )
         result = await ctx.session.elicit_url(
             message,
@@ -586,47 +556,23 @@ class Gateway:
             related_request_id=ctx.request_id,
         )
         if result.action != "accept":
-            return await self._take(ctx, exposed, execution_id, step, result, caps)
+            return await self._take(ctx, exposed, execution_id, step, result)
         after = await _db(_record, execution_id=execution_id)
         if after.get("seq") == latest.get("seq"):
             return _unchanged(url, summary)
-        return await self._advance(ctx, exposed, execution_id, caps, confirmed=confirmed)
+        return await self._advance(ctx, exposed, execution_id, confirmed=confirmed)
 
     # ---- pieces ----------------------------------------------------------------------------------
 
-    def _state(self, exposed: Exposed, execution_id: str, step: Round) -> str:
-        tool = next(name for name, e in self.tools.items() if e is exposed)
-        state = {
-            "e": execution_id,
-            "p": self.principal,
-            "a": self._caller().pk,
-            "t": tool,
-            "k": step.kind,
-            "f": list(step.fields),
-        }
-        if step.confirm:
-            state["c"] = True
-        if step.confirmed:
-            state["d"] = step.confirmed
-        if step.shown:
-            state["s"] = step.shown
-        if step.seq is not None:
-            state["q"] = step.seq
-        return json.dumps(state, separators=(",", ":"))
-
     def _input_required(
-        self, exposed: Exposed, execution_id: str, step: Round, form: elicitation.Form | None
+        self, execution_id: str, step: Round, ask: types.ElicitRequestParams | None
     ) -> types.InputRequiredResult:
-        requests: dict[str, types.InputRequest] | None = None
-        if form is not None:
-            request = types.ElicitRequest(
-                params=types.ElicitRequestFormParams(
-                    message=form.message, requested_schema=form.requested_schema
-                )
-            )
-            requests = {INPUT_KEY: request}
+        """End the request with the round's question (None: none, call again). The state is the execution and
+        the round: the boundary binds it, sealed, to the tool, its arguments and the caller, so nothing of
+        those needs carrying."""
         return types.InputRequiredResult(
-            input_requests=requests, request_state=self._state(exposed, execution_id, step)
+            input_requests={INPUT_KEY: types.ElicitRequest(params=ask)} if ask is not None else None,
+            request_state=json.dumps({"e": execution_id, **asdict(step)}, separators=(",", ":")),
         )
 
     def _target(self, exposed: Exposed, latest: Mapping[str, Any]) -> Exposed:
@@ -725,7 +671,11 @@ class Gateway:
         """Send the granted payload, once, if the live definition is still the one the grant names."""
         digest, when = self._checked.get((exposed.upstream.server, tool), ("", -RECHECK_AFTER_S))
         if digest != pinned_digest or time.monotonic() - when > RECHECK_AFTER_S:
-            await self._recheck(exposed, tool, pinned_digest)
+            contract, _, live_digest = await self._live(exposed, tool)
+            if contract is None or contract.digest != pinned_digest or live_digest != pinned_digest:
+                raise connectors.ToolCallFailed(
+                    f"{tool!r}: the upstream definition changed; nothing was sent"
+                )
         result = await exposed.upstream.call(tool, payload, timeout_s)
         if result.get("isError"):
             raise connectors.ToolCallFailed(
@@ -749,11 +699,6 @@ class Gateway:
             sidecar=contract.definition.get("x-preflight"),
         )
         return contract, live, live_digest
-
-    async def _recheck(self, exposed: Exposed, tool: str, pinned_digest: Any) -> None:
-        contract, _, live_digest = await self._live(exposed, tool)
-        if contract is None or contract.digest != pinned_digest or live_digest != pinned_digest:
-            raise connectors.ToolCallFailed(f"{tool!r}: the upstream definition changed; nothing was sent")
 
     async def _confirm(self, execution_id: str, latest: Mapping[str, Any]) -> str | None:
         await _db(
@@ -813,15 +758,6 @@ def _settled(latest: Mapping[str, Any]) -> dict[str, Any]:
 def _tool_words(exposed: Exposed) -> str:
     title = exposed.definition.get("title") or (exposed.definition.get("annotations") or {}).get("title")
     return f"run {title or exposed.definition['name']}"
-
-
-def _elicit_result(response: Any) -> types.ElicitResult | None:
-    if isinstance(response, Mapping):
-        try:
-            return types.ElicitResult.model_validate(response)
-        except ValueError:
-            return None
-    return response if isinstance(response, types.ElicitResult) else None
 
 
 def _record(*, execution_id: str) -> dict[str, Any]:
