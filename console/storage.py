@@ -379,9 +379,8 @@ def record_body_digest(record: Mapping[str, Any]) -> str:
 
 def editor_of(record: Mapping[str, Any], slot_key: str) -> str | None:
     """Who set this slot's value by an answer, when not the requesting user (an approver's edit)."""
-    slot = next((s for s in record["slots"] if s["key"] == slot_key), None)
-    pointer = (slot or {}).get("pointer") or {}
-    by = pointer.get("by") if slot is not None and slot.get("source") == "user_answer" else None
+    slot: Mapping[str, Any] = next((s for s in record["slots"] if s["key"] == slot_key), {})
+    by = (slot.get("pointer") or {}).get("by") if slot.get("source") == "user_answer" else None
     return by if isinstance(by, str) and by != record.get("principal") else None
 
 

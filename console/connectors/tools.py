@@ -8,8 +8,8 @@ import json
 import logging
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -447,14 +447,11 @@ def describe_error(exc: BaseException) -> str:
     return "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in _leaves(exc))
 
 
-@contextmanager
-def stderr_capture(connector: Mapping[str, Any]) -> Iterator[TextIO | None]:
+def stderr_capture(connector: Mapping[str, Any]) -> AbstractContextManager[TextIO | None]:
     """A temporary file for a stdio server's stderr (the child needs a real descriptor); None for HTTP."""
     if connector.get("kind") != "mcp_stdio":
-        yield None
-        return
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
-        yield errlog
+        return nullcontext()
+    return tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
 
 
 def _stderr_tail(errlog: TextIO | None) -> str:

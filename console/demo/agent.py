@@ -25,8 +25,7 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 
 from console.demo import home
-from console.demo.bank import OPENING_BALANCES
-from console.demo.review_data import span
+from console.demo.review_data import ALICE_MAIN, ALICE_SAVINGS, BOB, span
 from console.gateway.server import (
     CONFIRM_FIELD,
     META_ACTION,
@@ -38,7 +37,6 @@ from console.gateway.server import (
 )
 
 REQUESTER = "user:requester"
-ALICE_MAIN, ALICE_SAVINGS, BOB = list(OPENING_BALANCES)
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -45,11 +45,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--token-file",
             type=Path,
-            default=None,
             help=f"stdio: a file with the agent token (else ${auth.TOKEN_ENV}); HTTP requests send their own",
         )
         parser.add_argument("--port", type=int, default=8766)
-        parser.add_argument("--public-url", default=None, help="the console's URL (PREFLIGHT_PUBLIC_URL)")
+        parser.add_argument("--public-url", help="the console's URL (PREFLIGHT_PUBLIC_URL)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         principal = options["principal"]
