@@ -276,8 +276,10 @@ def contract_from_mcp(
     annotations = definition.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise ContractError(name, "annotations must be an object", "annotations")
-    ext = _extension(name, definition.get("x-preflight"), schema)
-    labels = parse_labels(description, _argument_paths(schema))
+    paths = _argument_paths(schema)
+    # Without a schema there is nothing to check the extension's names against; the missing schema holds.
+    ext = _extension(name, definition.get("x-preflight"), paths if schema is not None else _Anything())
+    labels = parse_labels(description, paths)
     read_only = annotations_trusted and annotations.get("readOnlyHint") is True
     prose = () if ext.prose_reviewed or read_only else _prose_conditions(description)
     title = definition.get("title") or annotations.get("title")
@@ -308,15 +310,13 @@ def _check_schema(name: str, schema: Any) -> None:
         raise ContractError(name, f"inputSchema is not a valid JSON Schema: {exc.message}", where) from None
 
 
-def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extension:
+def _extension(name: str, raw: Any, paths: frozenset[str]) -> Extension:
     if raw is None:
         return Extension()
     error = jsonschema.exceptions.best_match(_EXTENSION_VALIDATOR.iter_errors(raw))
     if error is not None:
         where = "x-preflight" + "".join(f"/{p}" for p in error.absolute_path)
         raise ContractError(name, f"x-preflight: {error.message}", where)
-    # Without a schema there is nothing to check names against; the missing schema holds anyway.
-    paths = _argument_paths(schema) if schema is not None else _Anything()
     slots = {}
     for path, cfg in (raw.get("slots") or {}).items():
         if path not in paths:
@@ -412,7 +412,7 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
     summary = None
     if raw.get("summary"):
         try:
-            summary = compile_summary(raw["summary"], _argument_paths(schema) if schema is not None else None)
+            summary = compile_summary(raw["summary"], paths)
         except ValueError as exc:
             raise ContractError(name, f"summary: {exc}", "x-preflight/summary") from None
     return Extension(
