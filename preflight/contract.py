@@ -204,17 +204,6 @@ class Extension:
     effect_key: Expression | None = None
     summary: SummaryTemplate | None = None
 
-    @property
-    def rechecked(self) -> tuple[ConditionSpec, ...]:
-        """The conditions the gate measures again at run time: those marked `recheck`, and with an
-        `effect_key`, every condition that reads a measure (what the key's runs change is measured state)."""
-        keyed = self.effect_key is not None
-        return tuple(
-            c
-            for c in self.conditions
-            if c.recheck or (keyed and any(r.startswith("measure:") for r in c.check.reads))
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class ToolContract:
