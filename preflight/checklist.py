@@ -6,7 +6,7 @@ description labels). Loading validates the data itself; a malformed item is a Ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -256,7 +256,3 @@ def _rule(name: str, line: str, raw: Mapping[str, Any]) -> Rule:
 
 
 FIXED_CHECKLIST: tuple[FixedObligation, ...] = load_fixed_checklist(FIXED_CHECKLIST_DATA)
-
-
-def rules_stamp(checklists: Sequence[Checklist]) -> str:
-    return ",".join(sorted(c.stamp for c in checklists))

@@ -204,17 +204,6 @@ class Extension:
     effect_key: Expression | None = None
     summary: SummaryTemplate | None = None
 
-    @property
-    def rechecked(self) -> tuple[ConditionSpec, ...]:
-        """The conditions the gate measures again at run time: those marked `recheck`, and with an
-        `effect_key`, every condition that reads a measure (what the key's runs change is measured state)."""
-        keyed = self.effect_key is not None
-        return tuple(
-            c
-            for c in self.conditions
-            if c.recheck or (keyed and any(r.startswith("measure:") for r in c.check.reads))
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class ToolContract:
@@ -225,6 +214,7 @@ class ToolContract:
     input_schema: Mapping[str, Any] | None  # None is "not declared", never "no arguments"
     annotations: Mapping[str, Any]
     annotations_trusted: bool
+    read_only: bool  # readOnlyHint, which only counts when an operator trusts this server's annotations
     extension: Extension
     labels: ParsedLabels
     prose_conditions: tuple[str, ...]  # sentences that state a rule the contract does not declare
@@ -234,11 +224,6 @@ class ToolContract:
     @property
     def identity(self) -> str:
         return f"{self.server}/{self.name}"
-
-    @property
-    def read_only(self) -> bool:
-        """Read-only only counts when an operator trusts this server's annotations."""
-        return self.annotations_trusted and self.annotations.get("readOnlyHint") is True
 
     def slot_config(self, path: str) -> SlotConfig:
         return (self.extension.slots or {}).get(path, _DEFAULT_SLOT)
@@ -276,8 +261,10 @@ def contract_from_mcp(
     annotations = definition.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise ContractError(name, "annotations must be an object", "annotations")
-    ext = _extension(name, definition.get("x-preflight"), schema)
-    labels = parse_labels(description, _argument_paths(schema))
+    paths = _argument_paths(schema)
+    # Without a schema there is nothing to check the extension's names against; the missing schema holds.
+    ext = _extension(name, definition.get("x-preflight"), paths if schema is not None else _Anything())
+    labels = parse_labels(description, paths)
     read_only = annotations_trusted and annotations.get("readOnlyHint") is True
     prose = () if ext.prose_reviewed or read_only else _prose_conditions(description)
     title = definition.get("title") or annotations.get("title")
@@ -289,6 +276,7 @@ def contract_from_mcp(
         input_schema=schema,
         annotations=annotations,
         annotations_trusted=annotations_trusted,
+        read_only=read_only,
         extension=ext,
         labels=labels,
         prose_conditions=prose,
@@ -308,15 +296,13 @@ def _check_schema(name: str, schema: Any) -> None:
         raise ContractError(name, f"inputSchema is not a valid JSON Schema: {exc.message}", where) from None
 
 
-def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extension:
+def _extension(name: str, raw: Any, paths: frozenset[str]) -> Extension:
     if raw is None:
         return Extension()
     error = jsonschema.exceptions.best_match(_EXTENSION_VALIDATOR.iter_errors(raw))
     if error is not None:
         where = "x-preflight" + "".join(f"/{p}" for p in error.absolute_path)
         raise ContractError(name, f"x-preflight: {error.message}", where)
-    # Without a schema there is nothing to check names against; the missing schema holds anyway.
-    paths = _argument_paths(schema) if schema is not None else _Anything()
     slots = {}
     for path, cfg in (raw.get("slots") or {}).items():
         if path not in paths:
@@ -412,7 +398,7 @@ def _extension(name: str, raw: Any, schema: Mapping[str, Any] | None) -> Extensi
     summary = None
     if raw.get("summary"):
         try:
-            summary = compile_summary(raw["summary"], _argument_paths(schema) if schema is not None else None)
+            summary = compile_summary(raw["summary"], paths)
         except ValueError as exc:
             raise ContractError(name, f"summary: {exc}", "x-preflight/summary") from None
     return Extension(

@@ -67,11 +67,6 @@ _CLAIM_TYPES: Final[dict[str, type]] = {
 }
 
 
-def _key_id(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
-
-
 def _unix(moment: datetime) -> float:
     # A naive datetime would be read as the host's local time and shift expiry by hours.
     if moment.tzinfo is None or moment.utcoffset() is None:
@@ -107,7 +102,10 @@ class GrantSigner:
 
     def __init__(self, private_key: Ed25519PrivateKey) -> None:
         self._key = private_key
-        self._key_id = _key_id(private_key.public_key())
+        raw = private_key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        self._key_id = "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
 
     @classmethod
     def generate(cls) -> GrantSigner:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import digest
-from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation, rules_stamp
+from .checklist import FIXED_CHECKLIST, Checklist, FixedObligation
 from .contract import SlotConfig, ToolContract
 from .labels import Label
 from .schema import ObjectNode, Property, compile_object
@@ -98,7 +98,7 @@ _plans: Bounded[tuple[str, str], Plan] = Bounded(4096)
 
 def compile_plan(contract: ToolContract, rules: Sequence[Checklist] = ()) -> Plan:
     """Compile once per (contract digest, checklist versions); later calls return the cached plan."""
-    stamp = f"fixed@1;{rules_stamp(rules)}"
+    stamp = "fixed@1;" + ",".join(sorted(c.stamp for c in rules))
     key = (contract.digest, stamp)
     plan = _plans.get(key)
     if plan is not None:

@@ -232,8 +232,7 @@ def check_pointer(
     items = schema.get("items") if schema is not None else None
     item_schema = items if isinstance(items, Mapping) else None
     checks = [_check_scalar(conversation, s, v, item_schema) for s, v in zip(spans, value, strict=True)]
-    texts = [c.text for c in checks]
-    text = None if any(t is None for t in texts) else " | ".join(t for t in texts if t is not None)
+    text = _joined(conversation, spans)
     failed = next((c for c in checks if not c.ok), None)
     if failed is not None:
         return SpanCheck(ok=False, reason=failed.reason, text=text)

@@ -50,8 +50,15 @@ def recheck_for(contract: ToolContract, payload: Mapping[str, Any], *, principal
     `effect_key`, conditions marked `recheck` lock the whole tool (stricter is safe). Raises ExpressionError
     when the effect key has no value for this payload (the gate then refuses: fail closed)."""
     ext = contract.extension
-    conditions = ext.rechecked
-    if not conditions and ext.effect_key is None:
+    # Those marked `recheck`, and with an `effect_key` every condition that reads a measure (what the key's
+    # runs change is measured state).
+    keyed = ext.effect_key is not None
+    conditions = tuple(
+        c
+        for c in ext.conditions
+        if c.recheck or (keyed and any(r.startswith("measure:") for r in c.check.reads))
+    )
+    if not conditions and not keyed:
         return None
     if ext.effect_key is not None:
         key = f"{contract.server}/{evaluate_key(ext.effect_key, args=payload, principal=principal)}"

@@ -148,8 +148,13 @@ def parse_request(data: Mapping[str, Any]) -> ExecutionRequest:
         trusted = t.get("trusted", False)
         if not isinstance(trusted, bool):
             raise RequestError(f"conversation[{i}].trusted", "must be true or false")
-        if not _valid_unicode(t["content"]):
-            raise RequestError(f"conversation[{i}].content", "not valid Unicode (a lone surrogate)")
+        if not t["content"].isascii():
+            try:
+                t["content"].encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestError(
+                    f"conversation[{i}].content", "not valid Unicode (a lone surrogate)"
+                ) from None
         turns.append(Turn(t["role"], t["content"], trusted))
     cands_raw = data.get("candidates", {})
     if not isinstance(cands_raw, Mapping):
@@ -191,16 +196,6 @@ def parse_request(data: Mapping[str, Any]) -> ExecutionRequest:
         intended_effect=effect,
         environment=env,
     )
-
-
-def _valid_unicode(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _timing(raw: Any) -> Timing | None:

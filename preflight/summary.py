@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import string
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +35,9 @@ class SummaryTemplate:
     parts: tuple[tuple[str, str | None], ...]
 
 
-def compile_summary(source: str, paths: Iterable[str] | None) -> SummaryTemplate:
-    """Parse a template; `paths` are the contract's argument paths (None: no schema, any name goes).
+def compile_summary(source: str, paths: Container[str]) -> SummaryTemplate:
+    """Parse a template; `paths` are the contract's argument paths (with no schema, every name is one).
     Raises ValueError with the reason for a malformed template or a placeholder that names nothing."""
-    known = None if paths is None else frozenset(paths)
     parts: list[tuple[str, str | None]] = []
     try:
         parsed = list(string.Formatter().parse(source))
@@ -56,7 +55,7 @@ def compile_summary(source: str, paths: Iterable[str] | None) -> SummaryTemplate
         kind, dot, path = field.partition(".")
         if kind != "arg" or not dot or not path:
             raise ValueError(f"unknown placeholder {{{field}}}: use {{arg.<argument>}} or {{principal}}")
-        if known is not None and path not in known:
+        if path not in paths:
             raise ValueError(f"unknown placeholder {{{field}}}: {path!r} is not an argument")
         parts.append((literal, f"arg:{path}"))
     return SummaryTemplate(source, tuple(parts))
