@@ -20,6 +20,7 @@ from console.services import common
 from console.services.common import _execution_pk
 from console.signing import signer
 from preflight import Record, compile_plan, preflight, select_tool
+from preflight.record import MeasureRequest
 from preflight.request import ExecutionRequest, parse_request
 from preflight.summary import summarize
 
@@ -140,17 +141,8 @@ def _exhausted_lookups(execution: models.Execution, record: Record, now: datetim
     # Lookups lost to our infrastructure are retried on their own budget (`_back_off_lost_lookups`).
     exhausted = [m for m in record.measures if _tries(counts.get(m.key, (0, 0, 0))) >= MAX_LOOKUPS_PER_KEY]
     for m in exhausted:
-        models.Observation.objects.create(
-            execution=execution,
-            measure=m.measure,
-            lookup=m.lookup,
-            args=dict(m.args),
-            args_digest=m.args_digest,
-            key=m.key,
-            error=f"looked up {MAX_LOOKUPS_PER_KEY} times without a value fresh enough",
-            observed_at=now,
-            task_key=f"{execution.pk}:{m.key}:{counts[m.key][0] + 1}",
-        )
+        error = f"looked up {MAX_LOOKUPS_PER_KEY} times without a value fresh enough"
+        _observation(execution, m, counts[m.key][0] + 1, error=error, observed_at=now).save(force_insert=True)
     # Still true when this record is stored, unless rows were just added (then it is preflighted again).
     setattr(execution, _LOOKUP_COUNTS, None if exhausted else (keys, counts))
     return bool(exhausted)
@@ -353,6 +345,22 @@ def _store_record(
     return stored
 
 
+def _observation(
+    execution: models.Execution, m: MeasureRequest, attempt: int, **fields: Any
+) -> models.Observation:
+    """The row of one lookup of `m`, its `attempt`th: `task_key` tells two deliveries of one task apart."""
+    return models.Observation(
+        execution=execution,
+        measure=m.measure,
+        lookup=m.lookup,
+        args=dict(m.args),
+        args_digest=m.args_digest,
+        key=m.key,
+        task_key=f"{execution.pk}:{m.key}:{attempt}",
+        **fields,
+    )
+
+
 def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
     """One frontier, one Celery group. Rows are written now, pending; the tasks run after commit."""
     wanted = tuple(m.key for m in record.measures)
@@ -367,16 +375,7 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         seen = _lookup_counts(execution, wanted)
     now = common._now()
     rows = [
-        models.Observation(
-            execution=execution,
-            measure=m.measure,
-            lookup=m.lookup,
-            args=dict(m.args),
-            args_digest=m.args_digest,
-            key=m.key,
-            task_key=f"{execution.pk}:{m.key}:{seen.get(m.key, (0, 0, 0))[0] + 1}",
-            dispatched_at=now,
-        )
+        _observation(execution, m, seen.get(m.key, (0, 0, 0))[0] + 1, dispatched_at=now)
         for m in record.measures
         if not seen.get(m.key, (0, 0, 0))[1]  # one is running already: its group's last task preflights again
     ]
