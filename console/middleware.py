@@ -19,15 +19,13 @@ class APIBodyLimitMiddleware:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         raw = request.META.get("CONTENT_LENGTH") or "0"
         try:
-            length = int(raw)
+            int(raw)
         except ValueError:
             return JsonResponse(
                 {"error": "malformed_request", "detail": "Content-Length is not a number"}, status=400
             )
-        if length > limit:
-            return too_large(limit)
         try:
-            # Reads at most Content-Length bytes; Django refuses more than the limit on the stream too.
+            # Django refuses a Content-Length over the limit unread (RequestDataTooBig), and reads at most it.
             body = request.body
         except RequestDataTooBig:
             return too_large(limit)
