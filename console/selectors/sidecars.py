@@ -29,7 +29,6 @@ class SidecarCheck:
     problem: str  # "" when the draft builds a contract
     where: str  # the offending part, e.g. x-preflight/conditions/0/check
     obligations: list[dict[str, Any]]  # the draft's obligations for the sample request
-    current: list[dict[str, Any]]  # the current version's, for the same request
     diff: str  # unified diff of the x-preflight, current -> draft
     variables: list[str]  # what a condition may read
     prose: tuple[str, ...]  # rules stated only in the description, to declare or mark reviewed
@@ -90,8 +89,8 @@ def sidecar_check(
     raw = contract_from_mcp(row.server.name, base, annotations_trusted=row.annotations_trusted)
     current = _obligations(storage.engine_contract(row), sample)
     variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sorted(sidecar_arguments(row)))]
-    # A draft that builds no contract shows its problem beside the current version's obligations.
-    refused = SidecarCheck(extension, problem, "", [], current, "", variables, raw.prose_conditions, [])
+    # A draft that builds no contract shows its problem, and no preview or diff.
+    refused = SidecarCheck(extension, problem, "", [], "", variables, raw.prose_conditions, [])
     if problem:
         return refused
     try:
