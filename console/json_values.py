@@ -38,9 +38,7 @@ def check_json(data: Any) -> None:
                 stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
         elif isinstance(value, str):
             _check_text(value, where)
-        elif isinstance(value, bool) or value is None:
-            continue
-        elif isinstance(value, int):
+        elif isinstance(value, int):  # a bool too: 0 or 1
             if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
                 raise JSONProblem(f"{where}: integer outside ±(2**53 - 1)", "invalid_number")
         elif isinstance(value, float) and not math.isfinite(value):
