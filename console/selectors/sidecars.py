@@ -88,7 +88,7 @@ def sidecar_check(
     base = {k: v for k, v in row.definition.items() if k != "x-preflight"}
     raw = contract_from_mcp(row.server.name, base, annotations_trusted=row.annotations_trusted)
     current = _obligations(storage.engine_contract(row), sample)
-    variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sorted(sidecar_arguments(row)))]
+    variables = ["principal", "env.<key>", *(f"arg.{p}" for p in sidecar_arguments(row))]
     # A draft that builds no contract shows its problem, and no preview or diff.
     refused = SidecarCheck(extension, problem, "", [], "", variables, raw.prose_conditions, [])
     if problem:
