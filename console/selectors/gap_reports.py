@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -91,7 +91,7 @@ class GapEvidence:
     record_refs: list[dict[str, Any]]
     first_seen: datetime | None
     last_seen: datetime | None
-    other_digests: list[str] = field(default_factory=list)
+    other_digests: list[str]
 
     @property
     def kind(self) -> str:
