@@ -119,9 +119,8 @@ def stacked_columns(
     for i, day in enumerate(days):
         if (n - 1 - i) % every == 0:  # counted back from today, so the last day always has its label
             chart.x_ticks.append(Tick(round(left + (i + 0.5) * slot_w, 1), f"{day:%b %d}"))
-    busiest = max(range(len(days)), key=lambda i: totals[i]) if days and peak else None
     chart.desc = f"{sum(totals)} {unit} over {len(days)} days" + (
-        f"; busiest day {days[busiest]:%b %d} with {peak}." if busiest is not None else "; none recorded."
+        f"; busiest day {days[totals.index(peak)]:%b %d} with {peak}." if peak else "; none recorded."
     )
     return chart
 
