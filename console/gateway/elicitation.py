@@ -26,8 +26,6 @@ from pydantic import TypeAdapter, ValidationError
 _CHECKS: tuple[TypeAdapter[Any], ...] = (TypeAdapter(_Primitive2025), TypeAdapter(_Primitive2026))
 _STRING_FORMATS = frozenset({"date", "date-time", "email", "uri"})
 
-Decode = Callable[[Any], Any]
-
 
 def _same(value: Any) -> Any:
     return value
@@ -37,7 +35,7 @@ def _same(value: Any) -> Any:
 class Field:
     slot: str
     schema: dict[str, Any]
-    decode: Decode = _same
+    decode: Callable[[Any], Any] = _same
 
 
 @dataclass(frozen=True, slots=True)
