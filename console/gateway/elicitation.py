@@ -159,10 +159,8 @@ def _string_list(question: Mapping[str, Any], schema: Mapping[str, Any]) -> Fiel
     return Field(question["slot"], prop)
 
 
-Builder = Callable[[Mapping[str, Any], Mapping[str, Any]], Field | None]
-
 # In order; the first builder that recognises a question's schema makes its field.
-BUILDERS: list[Builder] = [
+BUILDERS = [
     _string,
     _number,
     _boolean,
