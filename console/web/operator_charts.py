@@ -111,10 +111,9 @@ def stacked_columns(
             y -= h
             title = f"{day:%b %d}: {v} {labels[c].lower()} ({unit})"
             chart.marks.append(Mark.at(x, y, bar_w, h, c, title))
-    tick = 0.0
-    while tick <= axis_max + 1e-9:
+    for k in range(round(axis_max / step) + 1):
+        tick = k * step
         chart.y_ticks.append(Tick(round(top + plot_h - tick * scale, 1), f"{tick:g}"))
-        tick += step
     every = max(1, math.ceil(n / 8))
     for i, day in enumerate(days):
         if (n - 1 - i) % every == 0:  # counted back from today, so the last day always has its label
