@@ -48,9 +48,8 @@ class Form:
     unformable: tuple[str, ...] = ()
     requested_schema: dict[str, Any] = field(default_factory=dict)
 
-    def answers(self, content: Mapping[str, Any] | None) -> dict[str, Any]:
+    def answers(self, content: Mapping[str, Any]) -> dict[str, Any]:
         """The slot answers of an accepted form. A field the user left empty is not an answer."""
-        content = content or {}
         return {f.slot: f.decode(content[f.slot]) for f in self.fields if content.get(f.slot) is not None}
 
 
