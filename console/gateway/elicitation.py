@@ -26,8 +26,6 @@ from pydantic import TypeAdapter, ValidationError
 _CHECKS: tuple[TypeAdapter[Any], ...] = (TypeAdapter(_Primitive2025), TypeAdapter(_Primitive2026))
 _STRING_FORMATS = frozenset({"date", "date-time", "email", "uri"})
 
-Decode = Callable[[Any], Any]
-
 
 def _same(value: Any) -> Any:
     return value
@@ -37,7 +35,7 @@ def _same(value: Any) -> Any:
 class Field:
     slot: str
     schema: dict[str, Any]
-    decode: Decode = _same
+    decode: Callable[[Any], Any] = _same
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +48,8 @@ class Form:
     unformable: tuple[str, ...] = ()
     requested_schema: dict[str, Any] = field(default_factory=dict)
 
-    def answers(self, content: Mapping[str, Any] | None) -> dict[str, Any]:
+    def answers(self, content: Mapping[str, Any]) -> dict[str, Any]:
         """The slot answers of an accepted form. A field the user left empty is not an answer."""
-        content = content or {}
         return {f.slot: f.decode(content[f.slot]) for f in self.fields if content.get(f.slot) is not None}
 
 
@@ -161,10 +158,8 @@ def _string_list(question: Mapping[str, Any], schema: Mapping[str, Any]) -> Fiel
     return Field(question["slot"], prop)
 
 
-Builder = Callable[[Mapping[str, Any], Mapping[str, Any]], Field | None]
-
 # In order; the first builder that recognises a question's schema makes its field.
-BUILDERS: list[Builder] = [
+BUILDERS = [
     _string,
     _number,
     _boolean,

@@ -50,15 +50,6 @@ def has_role(user: Any, *roles: str) -> bool:
     return bool(roles_of(user) & set(roles))
 
 
-def refusal(user: Any, roles: tuple[str, ...], what: str = "This page") -> str:
-    held = ", ".join(sorted(roles_of(user))) or "no console role"
-    wanted = " or ".join(roles)
-    return (
-        f"{what} needs the {wanted} role. You are signed in as {user.get_username()} ({held}). "
-        f"An administrator can grant it with: manage.py grant_role {user.get_username()} {roles[0]}"
-    )
-
-
 def role_required[**P, R: HttpResponseBase](
     *roles: str, what: str = "This page"
 ) -> Callable[
@@ -79,7 +70,12 @@ def role_required[**P, R: HttpResponseBase](
                 login = f"{resolve_url(settings.LOGIN_URL)}?next={quote(request.path)}"
                 return HttpResponseClientRedirect(login)
             if not has_role(request.user, *roles):
-                raise PermissionDenied(refusal(request.user, roles, what))
+                name = request.user.get_username()
+                held = ", ".join(sorted(roles_of(request.user))) or "no console role"
+                raise PermissionDenied(
+                    f"{what} needs the {' or '.join(roles)} role. You are signed in as {name} ({held}). "
+                    f"An administrator can grant it with: manage.py grant_role {name} {roles[0]}"
+                )
             # Signed in (checked above) and through HtmxMiddleware (settings.MIDDLEWARE).
             return view(cast(SignedInRequest, request), *args, **kwargs)
 

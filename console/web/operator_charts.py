@@ -111,17 +111,15 @@ def stacked_columns(
             y -= h
             title = f"{day:%b %d}: {v} {labels[c].lower()} ({unit})"
             chart.marks.append(Mark.at(x, y, bar_w, h, c, title))
-    tick = 0.0
-    while tick <= axis_max + 1e-9:
+    for k in range(round(axis_max / step) + 1):
+        tick = k * step
         chart.y_ticks.append(Tick(round(top + plot_h - tick * scale, 1), f"{tick:g}"))
-        tick += step
     every = max(1, math.ceil(n / 8))
     for i, day in enumerate(days):
         if (n - 1 - i) % every == 0:  # counted back from today, so the last day always has its label
             chart.x_ticks.append(Tick(round(left + (i + 0.5) * slot_w, 1), f"{day:%b %d}"))
-    busiest = max(range(len(days)), key=lambda i: totals[i]) if days and peak else None
     chart.desc = f"{sum(totals)} {unit} over {len(days)} days" + (
-        f"; busiest day {days[busiest]:%b %d} with {peak}." if busiest is not None else "; none recorded."
+        f"; busiest day {days[totals.index(peak)]:%b %d} with {peak}." if peak else "; none recorded."
     )
     return chart
 
