@@ -373,9 +373,8 @@ def _dispatch_lookups(execution: models.Execution, record: Record) -> None:
         seen = counted[1]
     elif execution.records > 1:
         seen = _lookup_counts(execution, wanted)
-    now = common._now()
     rows = [
-        _observation(execution, m, seen.get(m.key, (0, 0, 0))[0] + 1, dispatched_at=now)
+        _observation(execution, m, seen.get(m.key, (0, 0, 0))[0] + 1)
         for m in record.measures
         if not seen.get(m.key, (0, 0, 0))[1]  # one is running already: its group's last task preflights again
     ]
