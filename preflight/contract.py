@@ -214,7 +214,6 @@ class ToolContract:
     input_schema: Mapping[str, Any] | None  # None is "not declared", never "no arguments"
     annotations: Mapping[str, Any]
     annotations_trusted: bool
-    read_only: bool  # readOnlyHint, which only counts when an operator trusts this server's annotations
     extension: Extension
     labels: ParsedLabels
     prose_conditions: tuple[str, ...]  # sentences that state a rule the contract does not declare
@@ -224,6 +223,11 @@ class ToolContract:
     @property
     def identity(self) -> str:
         return f"{self.server}/{self.name}"
+
+    @property
+    def read_only(self) -> bool:
+        """Read-only only counts when an operator trusts this server's annotations."""
+        return self.annotations_trusted and self.annotations.get("readOnlyHint") is True
 
     def slot_config(self, path: str) -> SlotConfig:
         return (self.extension.slots or {}).get(path, _DEFAULT_SLOT)
@@ -276,7 +280,6 @@ def contract_from_mcp(
         input_schema=schema,
         annotations=annotations,
         annotations_trusted=annotations_trusted,
-        read_only=read_only,
         extension=ext,
         labels=labels,
         prose_conditions=prose,
