@@ -12,9 +12,12 @@ def rule_slots(record: Mapping[str, Any]) -> list[str]:
 
 
 def checklist_parts(checklist_version: str) -> dict[str, Any]:
-    """`fixed@1;org@3#abc,ops@1#def;contract=123` → the rule stamps (`rules`), as a dict."""
-    rules: list[str] = []
-    for part in checklist_version.split(";")[1:]:
-        if part and not part.startswith("contract="):
-            rules = part.split(",")
-    return {"rules": rules}
+    """`fixed@1;org@3#abc,ops@1#def;contract=123` → fixed, rule stamps and contract, as a dict."""
+    parts = checklist_version.split(";")
+    out: dict[str, Any] = {"fixed": parts[0] if parts else "", "rules": [], "contract": ""}
+    for part in parts[1:]:
+        if part.startswith("contract="):
+            out["contract"] = part[len("contract=") :]
+        elif part:
+            out["rules"] = part.split(",")
+    return out
