@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
@@ -73,8 +73,8 @@ class PointerField(serializers.Field[object, object, object, JSONObject]):
                 if not span.is_valid():
                     problems[i] = span.errors
             if problems:
-                # Keyed by index, as DRF's own list fields key their errors; the stubs allow only str keys.
-                raise serializers.ValidationError(problems)  # type: ignore[arg-type]
+                # Keyed by index, as DRF's own list fields key their errors (older stubs allow only str keys).
+                raise serializers.ValidationError(cast(Any, problems))
             return data
         span = _checking(_SPAN_IN, data)
         if not span.is_valid():
