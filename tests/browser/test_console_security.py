@@ -17,6 +17,7 @@ def watch(page: Any, origin: str) -> tuple[list[str], list[str]]:
     """(CSP violations the page reported, requests that left `origin`), filled as the page runs."""
     violations: list[str] = []
     foreign: list[str] = []
+
     def on_console(message: Any) -> None:
         if "Content Security Policy" in message.text:
             violations.append(message.text)
@@ -24,9 +25,9 @@ def watch(page: Any, origin: str) -> tuple[list[str], list[str]]:
     page.on("console", on_console)
     page.on(
         "request",
-        lambda request: None
-        if request.url.startswith((origin, "data:", "blob:"))
-        else foreign.append(request.url),
+        lambda request: (
+            None if request.url.startswith((origin, "data:", "blob:")) else foreign.append(request.url)
+        ),
     )
     return violations, foreign
 
