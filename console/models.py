@@ -123,7 +123,7 @@ class RuleSet(models.Model):
 
 class AgentToken(models.Model):
     """An agent's credential for the API. It sees only the executions it created; `principals`, when not
-    empty, are the only principals it may submit for (empty: any principal, as before restrictions)."""
+    empty, are the only principals it may submit for (empty: any principal)."""
 
     name = models.CharField(max_length=200)
     token_sha256 = models.CharField(max_length=64, unique=True)  # the token itself is never stored
@@ -196,9 +196,8 @@ class Execution(models.Model):
                 name="execution_held_queue",
             ),
             models.Index(fields=["conversation_key", "created_at"], name="execution_conversation"),
-            # Declared here rather than with db_index=True, which on PostgreSQL adds a second index per
-            # CharField for LIKE (varchar_pattern_ops) that nothing here uses. Every preflight changes the
-            # verdict, so each index of this table is written again on every preflight.
+            # Not db_index=True, which on PostgreSQL adds a LIKE index (varchar_pattern_ops) nothing uses:
+            # every preflight changes the verdict, so each index of this table is written on every preflight.
             models.Index(fields=["principal"], name="execution_principal"),
             models.Index(fields=["verdict"], name="execution_verdict"),
         ]

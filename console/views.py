@@ -30,8 +30,8 @@ _brokers: dict[str, Any] = {}
 
 
 def _broker() -> str:
-    """The broker answers a PING within its socket timeout (settings: well under a second). A client of its
-    own, kept per URL: kombu's connection would retry connecting for seconds first."""
+    """The broker answers a PING within its socket timeout. A client of its own, kept per URL: kombu's
+    connection would retry connecting for seconds first."""
     from redis import Redis
 
     from config import celery_app

@@ -35,9 +35,9 @@ def _built[S: serializers.Serializer[JSONObject]](serializer: S) -> S:
 
 
 def _checking[S: serializers.Serializer[JSONObject]](built: S, data: Any) -> S:
-    """A serializer of this data sharing the fields `built` has: building them was most of the CPU a
-    validation cost. Safe across threads: validating keeps nothing on the fields, and the data, errors and
-    validated data go on this copy only."""
+    """A serializer of this data sharing `built`'s fields, whose building is most of what validating costs.
+    Safe across threads: validating keeps nothing on the fields; data, errors and validated data go on
+    this copy only."""
     serializer = copy.copy(built)
     serializer.initial_data = data
     return serializer

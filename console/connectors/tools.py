@@ -155,18 +155,13 @@ def _call_python_tool(server: str, tool: str, arguments: Mapping[str, Any], time
 
 # --------------------------------------------------------------------------------------------- MCP
 
-# The sent/not-sent boundary (what separates ToolCallFailed from OutcomeUnknown):
-#
-# Connecting (spawn or HTTP connect, protocol negotiation) and tools/list happen before the tools/call request
-# exists, so any failure there, a timeout included, is ToolCallFailed: the tool cannot have run. Listing first
-# also lets "no such tool" fail before anything is sent, and 2026-07-28 servers expect it anyway.
-#
-# Once session.call_tool() is entered, the request is handed to the transport. The SDK does not report whether
-# the bytes left (stdio writes from a pipe task, HTTP posts from a background task), so from that point every
-# failure without an answer is OutcomeUnknown, unless the server itself answered with a JSON-RPC error that
-# can only mean "refused before running" (see classify_mcp_error). INTERNAL_ERROR is what the SDK sends when
-# a handler raised mid-way, and some codes are synthesized client-side from HTTP trouble after the server may
-# have acted (PARSE_ERROR for an unreadable answer, INVALID_REQUEST for an odd content type): those stay
+# The sent/not-sent boundary (ToolCallFailed vs OutcomeUnknown). Connecting and tools/list come before the
+# tools/call request exists, so a failure there, a timeout included, is ToolCallFailed: the tool cannot have
+# run (listing first also refuses "no such tool" before anything is sent; 2026-07-28 servers expect it).
+# Once session.call_tool() is entered the SDK does not report whether the bytes left, so every failure
+# without an answer is OutcomeUnknown, unless the server answered with a JSON-RPC error that can only mean
+# "refused before running" (classify_mcp_error). INTERNAL_ERROR (a handler raised mid-way) and the codes the
+# client synthesizes from HTTP trouble after the server may have acted (PARSE_ERROR, INVALID_REQUEST) stay
 # unknown.
 
 

@@ -127,9 +127,8 @@ def main(name: str, make_tools: Callable[[], Sequence[DemoTool]], argv: Sequence
         help="wait this long after a state-changing tool acted before answering (simulates a lost reply)",
     )
     options = parser.parse_args(argv)
-    # jsonschema imports rfc3987_syntax, which compiles an IRI grammar at import time. A stdio server is
-    # spawned once per call, and these validators never assert formats, so the grammar buys nothing here.
-    # Only the server's own process is touched: main() is the command-line entry, never an in-process import.
+    # rfc3987_syntax compiles an IRI grammar when jsonschema imports it: wasted on a server spawned per call
+    # whose validators assert no formats. Only in this process: main() is never an in-process import.
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
     server = build_server(name, make_tools(), reply_delay_s=options.reply_delay_s)
 

@@ -243,9 +243,8 @@ class Gateway:
         if exposed is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         if params.request_state is not None:
-            # Plaintext this gateway minted (`_input_required`): the boundary verified the seal, expiry, tool,
-            # arguments and caller (principal and exact token, `bind_principal`). An older release's does not
-            # parse.
+            # Minted by `_input_required`; the boundary verified seal, expiry, tool, arguments and caller
+            # (`bind_principal`). An older release's state does not parse.
             try:
                 state = json.loads(params.request_state)
                 execution_id = state.pop("e")

@@ -217,11 +217,10 @@ def _check_user_yes(answers: Mapping[str, Any], *, channel: str, remember: Seque
 def _bind_user_yes(execution: models.Execution, answers: Mapping[str, Any]) -> Mapping[str, Any]:
     """Answers to confirmation and consent questions, bound to the digest the question showed.
 
-    Only the requesting user's channel may give them (the agent relays the user's words): a reviewer's yes
-    is an approval, never the user's confirmation. A yes or no answers the question in the latest record, so
-    it binds to what that question showed, even when the same batch changes the value (the new value is then
-    asked again): a confirmation cannot be carried over to a value the user was not shown. An answer may
-    instead name the digest it was given for ({"yes": true, "digest": ...}), which must be the one shown."""
+    A yes or no answers the question in the latest record, so it binds to what that question showed, even
+    when the same batch changes the value (the new value is then asked again): a confirmation cannot be
+    carried over to a value the user was not shown. An answer may instead name the digest it was given for
+    ({"yes": true, "digest": ...}), which must be the one shown. Who may give them: `_check_user_yes`."""
     keys = [k for k in answers if is_user_yes_key(k)]
     if not keys:
         return answers

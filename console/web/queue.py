@@ -3,7 +3,7 @@
 Views are recipes: check the role, validate the filter form, call one selector or service, render or
 redirect. An invalid filter is a 400 that says which and why, never the whole list. Without JavaScript the
 filter form reloads the page and a claim is a POST answered by a redirect back; with htmx the filter form
-and the 5 s refresh swap only the `#queue` partial.
+and the periodic refresh swap only the `#queue` partial.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def queue(request: SignedInRequest) -> HttpResponse:
     if not form.is_valid():
         return _refused(request, QUEUE, form)
     page = review_queue.held(form.cleaned_data, user=request.user)
-    # The filter form and the 5 s refresh swap only the list.
+    # The filter form and the periodic refresh swap only the list.
     return render_partial(request, QUEUE, {"form": form, "page": page}, "queue")
 
 

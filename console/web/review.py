@@ -253,7 +253,7 @@ def review(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
 @role_required(APPROVER, AUDITOR)
 @require_GET
 def progress(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
-    """Polled every 2 s while lookups run. Once the execution has a newer record, answers with the whole
+    """Polled while lookups run. Once the execution has a newer record, answers with the whole
     review region instead; its fresh #progress polls again only if the new verdict is still `measure`."""
     execution = _execution(execution_id)
     if not request.htmx:
@@ -268,7 +268,7 @@ def progress(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
 @role_required(APPROVER, AUDITOR)
 @require_GET
 def live(request: SignedInRequest, execution_id: UUID) -> HttpResponse:
-    """Polled every 5 s by the open page: 204 (nothing to swap) while the version it shows is current, the
+    """Polled by the open page: 204 (nothing to swap) while the version it shows is current, the
     whole review region once another approver acted, a lookup returned or the verdict moved."""
     execution = _execution(execution_id)
     if not request.htmx:

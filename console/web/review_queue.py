@@ -52,7 +52,7 @@ class _Choices(CatalogFilter):
 
     def selects(self) -> list[tuple[str, list[tuple[str, str]], str]]:
         """(name, choices, selected) of each drop-down, for the template to write out itself: Django's widget
-        templates would render every <option> through the template engine, on every 5 s refresh."""
+        templates would render every <option> through the template engine, on every refresh."""
         out = []
         for name, field in self.fields.items():
             if isinstance(field, forms.ChoiceField):
@@ -161,9 +161,8 @@ def held(filters: dict[str, Any], *, user: User | None = None) -> QueuePage:
     if filters.get("mine") and user is not None:
         base = base.filter(claim__approver=user)
 
-    # Every count from one pass over the partial index: executions per combination of routes (a handful of
-    # distinct values), summed per route here. The route counts ignore the route filter, so each one says
-    # what picking it would give.
+    # One pass over the partial index: executions per combination of routes (a handful), summed per route
+    # here. The route counts ignore the route filter, so each says what picking it would give.
     counts: dict[str, int] = dict.fromkeys(ROUTES, 0)
     total = 0
     for routes, n in base.values_list("routes").annotate(n=Count("*")).order_by():
@@ -183,8 +182,7 @@ def held(filters: dict[str, Any], *, user: User | None = None) -> QueuePage:
 def decided(filters: dict[str, Any]) -> QueuePage:
     """Executions that waited and were decided — granted, rejected or expired — most recent first: decided
     work leaves the queue but not the approver's sight."""
-    # `IN (held records)` rather than a correlated EXISTS: PostgreSQL hashes it once, where it costs an EXISTS
-    # per row (enough to trigger JIT compilation on every request).
+    # `IN (held records)` rather than a correlated EXISTS: PostgreSQL hashes it once; an EXISTS runs per row.
     waited = models.PreflightRecord.objects.filter(verdict__in=HELD).values("execution_id")
     kinds = {
         "rejected": Q(rejected_at__isnull=False),
