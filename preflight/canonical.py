@@ -89,12 +89,9 @@ def digest(obj: object) -> str:
 
 
 def digest_written_as_is(obj: object) -> str:
-    """`digest(obj)` for a value whose every part that could be spelled differently from RFC 8785 (numbers,
-    object keys, non-dict mappings) the caller has already checked with `written_as_is`, e.g. a record
-    whose own fields are typed strings and whose foreign values were checked one by one.
-
-    Anything the encoder refuses (a non-JSON object, a lone surrogate) goes through `digest`, which names
-    it in its error."""
+    """`digest(obj)` for a value whose parts RFC 8785 could spell differently (numbers, object keys, non-dict
+    mappings) the caller already checked with `written_as_is`. Anything the encoder refuses goes through
+    `digest`, which names it in its error."""
     try:
         data = _ENCODER.encode(obj).encode("utf-8")
     except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError

@@ -175,10 +175,8 @@ class Consent(Conditions):
 
 
 def _words(value: Any) -> str:
-    """A value as the user reads it: JSON, exactly (nothing rounded, quotes and newlines escaped), with every
-    character that does not show itself (controls, format characters such as bidi overrides and zero-width
-    joiners, separators other than a space) spelled as an escape, so what the user says yes to is what they
-    see."""
+    """A value as the user reads it: exact JSON (nothing rounded), every character that does not show itself
+    spelled as an escape (spell_unseen), so what the user says yes to is what they see."""
     return spell_unseen(json.dumps(value, ensure_ascii=False, sort_keys=True))
 
 

@@ -485,11 +485,9 @@ class Record:
 def _body_digest(body: dict[str, Any]) -> str:
     """digest(body), without walking the parts whose JSON is canonical by their types.
 
-    The record's own fields are strings, booleans, None, tuples of strings and one int, all written by
-    json.dumps exactly as RFC 8785 writes them; only values that came from outside (argument values and
-    candidates, pointers, question schemas, lookup arguments, the payload) can hold a number or a key that
-    RFC 8785 spells differently. Those are checked one by one; if any is not plain, the whole body takes
-    the general path.
+    Only values from outside (arguments, candidates, pointers, question schemas, lookup arguments, the
+    payload) can hold a number or key RFC 8785 spells differently: any that is not plain sends the whole
+    body down the general path.
     """
     if not (written_as_is(body["unknown_count"]) and written_as_is(body["payload"])):
         return digest(body)
