@@ -83,8 +83,7 @@ _LINK_COLUMNS = ("seq", "chain", "kind", "execution_id", "body", "prev_hash", "h
 
 def fill_read(results: Sequence[tuple[int, Any, str | None, datetime]]) -> storage.Read:
     """Lookups' results (observation id, value, error, observed at) recorded where still pending, as a read of
-    the ids it recorded (PostgreSQL). The ORM says it as one CASE per row and column, and cannot send it in
-    the round trip of the reads that follow it under the execution's lock (`lookups_settled`)."""
+    the ids it recorded (PostgreSQL). The ORM says it as one CASE per row and column, at many times the CPU."""
     value, observed_at = Observation._meta.get_field("value"), Observation._meta.get_field("observed_at")
     params = [
         [pk for pk, _, _, _ in results],

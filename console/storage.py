@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -73,64 +72,12 @@ def _db() -> Any:
     return connections[DEFAULT_DB_ALIAS]
 
 
-_prefetch = threading.local()
-
-
 def raw_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Rows of one read on the hot path, in plain SQL: the ORM spends more CPU building a small indexed query
-    than PostgreSQL spends running it (bench/api.py). JSON columns come back as text; see `json_value`.
-    Inside `prefetched`, a read made there already is answered from what it returned (once)."""
-    connection = _db()
-    stash = getattr(_prefetch, "stash", None)
-    if stash:
-        try:
-            rows = stash.pop((sql, tuple(params)), None)
-        except TypeError:  # unhashable parameters (a list, a JSON value): never prefetched
-            rows = None
-        if rows is not None:
-            return cast(list[tuple[Any, ...]], rows)
-    with connection.cursor() as cursor:
+    than PostgreSQL spends running it (bench/api.py). JSON columns come back as text; see `json_value`."""
+    with _db().cursor() as cursor:
         cursor.execute(sql, params)
         return cast(list[tuple[Any, ...]], cursor.fetchall())
-
-
-def pipelines() -> bool:
-    """Whether the connection can pipeline (psycopg binding parameters on the server): see `raw_reads`."""
-    return bool(connection.settings_dict["OPTIONS"].get("server_side_binding"))
-
-
-def raw_reads(*reads: Read) -> list[list[tuple[Any, ...]]]:
-    """The rows of several reads, in one round trip where the connection can pipeline (psycopg, binding
-    parameters on the server): the server still runs them one after another, each with its own snapshot,
-    so a read after a locking one sees what the lock's previous holder committed."""
-    if not pipelines() or len(reads) < 2:
-        return [raw_rows(sql, params) for sql, params in reads]
-    with _db().pipelined(reads) as cursors:
-        return [cursor.fetchall() for cursor in cursors]
-
-
-@contextmanager
-def prefetched(*reads: Read, rows: Sequence[list[tuple[Any, ...]]] | None = None) -> Iterator[None]:
-    """Make these reads now, together (`raw_reads`: one round trip), for the `raw_rows` calls inside the block
-    that make them (each answered once; a read not made here goes to the database as usual). For reads that
-    do not depend on each other, made one after another by code that reads best as it is. `rows`: what the
-    reads returned already, read in the round trip of something else."""
-    outer: dict[tuple[str, tuple[Any, ...]], Any] | None = getattr(_prefetch, "stash", None)
-    stash = outer if outer is not None else {}  # nested blocks share it: each read is answered once
-    keys = dict.fromkeys((sql, tuple(params)) for sql, params in reads)
-    wanted = [read for read in keys if read not in stash]
-    if rows is None:
-        stash.update(zip(wanted, raw_reads(*wanted), strict=True))
-    else:
-        given = dict(zip(((sql, tuple(params)) for sql, params in reads), rows, strict=True))
-        stash.update((read, given[read]) for read in wanted)
-    _prefetch.stash = stash
-    try:
-        yield
-    finally:
-        for read in wanted:  # what this block read and nobody asked for is not kept for later
-            stash.pop(read, None)
-        _prefetch.stash = outer
 
 
 def per_vendor[T](build: Callable[[], T]) -> Callable[[], T]:

@@ -7,41 +7,16 @@ FATAL message, or the end of the stream. So a connection with nothing to read is
 with something to read gets Django's own `SELECT 1`, which decides. A peer that vanished without a word is
 not caught by either check (`SELECT 1` would wait for TCP to give up); the query that finds out fails, the
 request is a 503, and Django drops the connection after it.
-
-`pipelined` sends several reads in one round trip (console/storage.py `raw_reads`).
 """
 
 from __future__ import annotations
 
 import select
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
 
 from django.db.backends.postgresql import base
 
-Statement = tuple[str, Sequence[Any]]
-
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    @contextmanager
-    def pipelined(self, statements: Sequence[Statement]) -> Iterator[list[Any]]:
-        """Run these statements in one round trip; yields their cursors,
-        closed on the way out. Through Django's cursors, so that they are logged and seen by execute wrappers
-        like any other. A pipelined statement's error surfaces when the pipeline ends, outside the cursors'
-        own wrapping: translated here as theirs would be (Django's error classes; a broken connection marked
-        as such)."""
-        self.ensure_connection()
-        cursors = [self.cursor() for _ in statements]
-        try:
-            with self.wrap_database_errors, self.connection.pipeline():
-                for cursor, (sql, params) in zip(cursors, statements, strict=True):
-                    cursor.execute(sql, params)
-            yield cursors
-        finally:
-            for cursor in cursors:
-                cursor.close()
-
     def is_usable(self) -> bool:
         conn = self.connection
         if conn is None or conn.closed:

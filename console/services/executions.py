@@ -11,7 +11,7 @@ from console import models, storage
 from console.audit import audit_append, audit_batch
 from console.errors import BadInput, Conflict, InvalidAnswer, Unprocessable
 from console.services.common import _has_run, _refuse_principal, lock_execution
-from console.services.preflights import _contract_rows, _preflight_and_record, _preflight_reads
+from console.services.preflights import _contract_rows, _preflight_and_record
 from console.services.presets import _preset_put
 from preflight import compile_plan
 from preflight.answers import accepted_form, answer_problem, normalise_answer, rememberable
@@ -72,17 +72,15 @@ def execution_create(
     check_pointers(body)
     # Inserted by _store_record together with its first verdict (one INSERT instead of INSERT + UPDATE).
     execution = models.Execution(principal=request.principal, token=token, request=dict(body), verdict="")
-    # One round trip for the contract, the rules and the presets the preflight reads.
-    with storage.prefetched(*_preflight_reads(execution, fresh=True)):
-        rows = _contract_rows(body)  # an unknown tool records nothing
-        _preflight_and_record(
-            execution,
-            trigger="create",
-            fresh=True,
-            rows=rows,
-            request=request,
-            audit={"principal": request.principal, "actor": actor, "request_digest": digest(body)},
-        )
+    rows = _contract_rows(body)  # an unknown tool records nothing
+    _preflight_and_record(
+        execution,
+        trigger="create",
+        fresh=True,
+        rows=rows,
+        request=request,
+        audit={"principal": request.principal, "actor": actor, "request_digest": digest(body)},
+    )
     return execution
 
 

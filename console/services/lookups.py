@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Field, Value, When
 from django.db.models.functions import Cast
 
@@ -15,8 +15,8 @@ from console import models, queries, storage
 from console.audit import audit_append, audit_batch
 from console.errors import NotFound
 from console.services import common
-from console.services.common import _execution_pk, _has_run_sql, lock_execution
-from console.services.preflights import _preflight_and_record, _preflight_reads
+from console.services.common import _execution_pk, _has_run, lock_execution
+from console.services.preflights import _preflight_and_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +33,9 @@ def observations_fill(*, results: Sequence[LookupResult]) -> int:
     COMMIT were two more round trips); inside a caller's transaction it is part of that one."""
     if not results:
         return 0
-    if storage.pipelines():
-        return len(storage.raw_rows(*_fill_read(results)))
+    if connection.vendor == "postgresql":
+        rows = [(r.observation_id, None if r.error else r.value, r.error, r.observed_at) for r in results]
+        return len(storage.raw_rows(*queries.fill_read(rows)))
     meta = models.Observation._meta
 
     def each(name: str, values: Sequence[Any]) -> Case:
@@ -50,12 +51,6 @@ def observations_fill(*, results: Sequence[LookupResult]) -> int:
         value=each("value", [None if r.error else r.value for r in results]),
         error=each("error", [r.error for r in results]),
         observed_at=each("observed_at", [r.observed_at for r in results]),
-    )
-
-
-def _fill_read(results: Sequence[LookupResult]) -> storage.Read:
-    return queries.fill_read(
-        [(r.observation_id, None if r.error else r.value, r.error, r.observed_at) for r in results]
     )
 
 
@@ -84,9 +79,8 @@ def lookups_settled(
     own, committed before its own look): none is skipped under READ COMMITTED, and lookups are only added by
     a preflight under that lock. The locks before the last find a lookup pending and stop; one that comes
     after the last finds the next group pending, or the record no longer `measure`, and changes nothing.
-    (Each task used to fill on its own and look without the lock first, one round trip and one commit more
-    between two levels; a fill under the lock in one task and a look without it in another could each miss
-    the other's, so every task takes the lock.)
+    (A fill under the lock in one task and a look without it in another could each miss the other's, so
+    every task takes the lock.)
 
     Not again if that has happened with these results already (a redelivered copy): a second preflight of an
     `execute` would mint a new grant and void the one the agent holds."""
@@ -94,27 +88,15 @@ def lookups_settled(
         execution = lock_execution(execution_id, contract=False)
     except NotFound:
         return None
-    fill = []
-    if results and storage.pipelines():
-        fill = [_fill_read(results)]
-    elif results:
+    if results:
         filled = observations_fill(results=results) > 0 or filled
-    # The fill, the looks and what a preflight would read, in one round trip (in this order: each statement
-    # sees those before it).
-    pk = [_execution_pk(execution.pk)]
-    reads = _preflight_reads(execution)
-    answers = storage.raw_reads(*fill, (_pending_sql(), pk), (_has_run_sql(), pk), *reads)
-    n = len(fill)
-    filled = filled or any(answers[:n])
-    pending, ran = answers[n : n + 2]
-    if pending:
+    if storage.raw_rows(_pending_sql(), [_execution_pk(execution.pk)]):
         return None  # another task of the group is still to record, or a newer group was dispatched
     if execution.verdict != "measure" and not (filled and _may_wait_on_lookups(execution)):
         return None
-    if ran:
+    if _has_run(execution):
         return None  # a fresh `execute` would mint a second grant for a call that happened
-    with storage.prefetched(*reads, rows=answers[n + 2 :]):
-        return _preflight_and_record(execution, trigger="lookups", none_pending=True)
+    return _preflight_and_record(execution, trigger="lookups", none_pending=True)
 
 
 def _may_wait_on_lookups(execution: models.Execution) -> bool:

@@ -117,12 +117,8 @@ def _lookup_counts(execution: models.Execution, keys: Sequence[str]) -> dict[str
     between two levels of lookups. Every key of the execution is counted (it has a few rows per key) and the
     rest dropped here: one statement text for any frontier, on every database."""
     wanted = set(keys)
-    rows = storage.raw_rows(*_lookup_counts_read(execution))
+    rows = storage.raw_rows(_lookup_counts_sql(), [_execution_pk(execution.pk)])
     return {key: (n, running, infra) for key, n, running, infra in rows if key in wanted}
-
-
-def _lookup_counts_read(execution: models.Execution) -> storage.Read:
-    return _lookup_counts_sql(), [_execution_pk(execution.pk)]
 
 
 @storage.per_vendor
@@ -201,30 +197,11 @@ def _preflight_and_record(
     now = common._now()
     if not fresh and not none_pending:
         _expire_lost_lookups(execution, now)
-    reads = _preflight_reads(execution, rows=rows, fresh=fresh)
-    with storage.prefetched(*reads):
-        request = request or parse_request(execution.request)
-        record, row = _preflight(execution, request, fresh=fresh, rows=rows)
-        if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
-            record, row = _preflight(execution, request, fresh=False)
-        return _store_record(execution, record, row, trigger=trigger, audit=audit)
-
-
-def _preflight_reads(
-    execution: models.Execution, *, rows: list[models.ToolContract] | None = None, fresh: bool = False
-) -> list[storage.Read]:
-    """What a preflight reads, to be read at once (one round trip): the contract, the active rules, the
-    presets of a named tool and, for an execution with a past, its evidence and how often each lookup ran
-    (bench/lookups.py preflights again twice on its critical path)."""
-    request = execution.request
-    reads = [storage.rules_read()]
-    if "tool_candidates" not in request:  # with candidates, the presets read depends on the choice
-        reads.append(storage.presets_read(execution.principal, f"{request['server']}/{request['tool']}"))
-    if rows is None:
-        reads.insert(0, _contract_read(request))
-    if not fresh:
-        reads += [storage.evidence_read(execution), _lookup_counts_read(execution)]
-    return reads
+    request = request or parse_request(execution.request)
+    record, row = _preflight(execution, request, fresh=fresh, rows=rows)
+    if record.verdict == "measure" and not fresh and _exhausted_lookups(execution, record, now):
+        record, row = _preflight(execution, request, fresh=False)
+    return _store_record(execution, record, row, trigger=trigger, audit=audit)
 
 
 # What a new record changes on its execution.
