@@ -83,7 +83,7 @@ _LINK_COLUMNS = ("seq", "chain", "kind", "execution_id", "body", "prev_hash", "h
 
 def fill_read(results: Sequence[tuple[int, Any, str | None, datetime]]) -> storage.Read:
     """Lookups' results (observation id, value, error, observed at) recorded where still pending, as a read of
-    the ids it recorded (PostgreSQL). The ORM says it as one CASE per row and column, at many times the CPU."""
+    the ids it recorded (PostgreSQL). The ORM says it as one CASE per row and column, for far more CPU."""
     value, observed_at = Observation._meta.get_field("value"), Observation._meta.get_field("observed_at")
     params = [
         [pk for pk, _, _, _ in results],
