@@ -114,15 +114,11 @@ def datetime_value(raw: Any) -> datetime | None:
     return cast(datetime | None, raw)
 
 
-def rules_read() -> Read:
-    return f"SELECT id, version FROM {table(models.RuleSet)} WHERE active", ()
-
-
 def active_rules() -> tuple[Checklist, ...]:
     # Which versions are active is read every time (a new version applies at once, in every process); only
     # the parsed checklist of an (id, version), which never changes, is cached, and its data read only then.
     out = []
-    for row_pk, row_version in raw_rows(*rules_read()):
+    for row_pk, row_version in raw_rows(f"SELECT id, version FROM {table(models.RuleSet)} WHERE active", ()):
         found = _checklists.get((row_pk, row_version))
         if found is None:
             data = models.RuleSet.objects.values_list("data", flat=True).get(pk=row_pk)
@@ -180,12 +176,6 @@ def request_tools(body: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(body["server"], body["tool"])]
 
 
-def evidence_read(execution: models.Execution) -> Read:
-    pk = models.Execution._meta.pk
-    assert pk is not None
-    return _evidence_sql(), [pk.get_db_prep_value(execution.pk, connection)] * 3
-
-
 def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> Evidence:
     """Evidence collected for this execution. `fresh`: created in this transaction, so nothing to read."""
     if fresh:
@@ -196,7 +186,10 @@ def evidence_for(execution: models.Execution, *, now: datetime, fresh: bool) -> 
     approvals = []
     # Rows come kind by kind, each oldest first, so the newest answer and observation of a key win.
     own: dict[str, Answer] = {}  # the requesting user's latest answer of each key
-    for kind, row_pk, key, value, who, at, text, error, retry_after in raw_rows(*evidence_read(execution)):
+    pk = models.Execution._meta.pk
+    assert pk is not None
+    rows = raw_rows(_evidence_sql(), [pk.get_db_prep_value(execution.pk, connection)] * 3)
+    for kind, row_pk, key, value, who, at, text, error, retry_after in rows:
         if kind == 1:
             answer = Answer(json_value(value), who, id=f"answer-{row_pk}", after_user_answer=key in own)
             if who == execution.principal:
@@ -262,19 +255,14 @@ def _evidence_sql() -> str:
     )
 
 
-def presets_read(principal: str, tool: str) -> Read:
-    """The principal's presets for a tool (`server/name`, a contract's identity)."""
+def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:
+    """Add what depends on the chosen tool: the principal's presets for it, and prior state."""
+    presets = {}
     sql = (
         f"SELECT id, slot_key, value, consent FROM {table(models.Preset)}"
         " WHERE principal = %s AND tool = %s AND revoked_at IS NULL"
     )
-    return sql, (principal, tool)
-
-
-def with_tool_evidence(evidence: Evidence, execution: models.Execution, contract: ToolContract) -> Evidence:
-    """Add what depends on the chosen tool: the principal's presets for it, and prior state."""
-    presets = {}
-    for pk, key, value, consent in raw_rows(*presets_read(execution.principal, contract.identity)):
+    for pk, key, value, consent in raw_rows(sql, (execution.principal, contract.identity)):
         consent = json_value(consent)
         if isinstance(consent, Mapping) and str(consent.get("execution")) == str(execution.pk):
             # Made from an answer in this execution: the answer itself settles what it can, and its preset

@@ -35,7 +35,9 @@ _CONTRACT_FIELDS = ("id", "server_id", "name", "digest", "annotations_trusted", 
 _SERVER_FIELDS = ("id", "name", "annotations_trusted", "connector")
 
 
-def _contract_read(body: Mapping[str, Any]) -> storage.Read:
+def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
+    """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
+    version never changes, so nothing here needs invalidating)."""
     wanted = storage.request_tools(body)
     columns = [f"c.{f}" for f in _CONTRACT_FIELDS] + [f"s.{f}" for f in _SERVER_FIELDS]
     sql = (
@@ -43,16 +45,9 @@ def _contract_read(body: Mapping[str, Any]) -> storage.Read:
         f" JOIN {storage.table(models.Server)} s ON s.id = c.server_id"
         f" WHERE c.current AND ({' OR '.join(['(s.name = %s AND c.name = %s)'] * len(wanted))})"
     )
-    return sql, [part for pair in wanted for part in pair]
-
-
-def _contract_rows(body: Mapping[str, Any]) -> list[models.ToolContract]:
-    """The current contract of each tool the request names, in its order, in one plain-SQL read (a contract
-    version never changes, so nothing here needs invalidating)."""
-    wanted = storage.request_tools(body)
     found: dict[tuple[str, str], models.ToolContract] = {}
     n = len(_CONTRACT_FIELDS)
-    for values in storage.raw_rows(*_contract_read(body)):
+    for values in storage.raw_rows(sql, [part for pair in wanted for part in pair]):
         # bool(): SQLite answers 0/1, and annotations_trusted is part of the contract's digest.
         pk, server_id, name, digest_, trusted, valid, current = values[:n]
         s_id, s_name, s_trusted, s_connector = values[n:]
