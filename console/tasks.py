@@ -191,7 +191,7 @@ def _run_lookups(execution_id: str, keys: Sequence[str]) -> None:
             if running:
                 filled += observations_fill(results=results)
             else:
-                last = results  # recorded by the settle, in its round trip under the row lock
+                last = results  # recorded by the settle, under the row lock
     except SoftTimeLimitExceeded:
         # Past every measure's own timeout (prefork workers only): what still runs is an error, recorded now.
         error = f"timed out after {_LOOKUP_SOFT_LIMIT_S}s"
