@@ -1010,6 +1010,15 @@ def test_waiting_for_all_stops_at_a_lookups_timeout_and_at_its_own() -> None:
         hung.result()
 
 
+def test_connector_calls_reuse_the_threads_of_calls_that_returned() -> None:
+    threads: list[threading.Thread] = []  # kept alive, so no two of them can share an id
+    for _ in range(5):
+        transport.run_with_deadline(lambda: threads.append(threading.current_thread()), {}, 1.0)
+        time.sleep(0.01)  # the thread goes back to idle right after its call's result is set
+
+    assert len({id(thread) for thread in threads}) == 1
+
+
 def test_a_connector_call_that_never_returns_does_not_hold_up_the_next() -> None:
     stuck = threading.Event()
     hung = transport.run_with_deadline(stuck.wait, {}, 0.1)
@@ -1023,7 +1032,7 @@ def test_a_connector_call_that_never_returns_does_not_hold_up_the_next() -> None
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_runs_connector_calls_on_threads_of_its_own() -> None:
-    transport.run_with_deadline(lambda: None, {}, 1.0)  # the parent has run a connector call
+    transport.run_with_deadline(lambda: None, {}, 1.0)  # the parent has an idle connector thread now
     time.sleep(0.01)
     with warnings.catch_warnings():  # "multi-threaded, fork() may deadlock": the point of the test
         warnings.simplefilter("ignore", DeprecationWarning)
