@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import queue
 import socket
 import ssl
 import sys
@@ -234,8 +235,45 @@ def call_in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Future[
             _close_thread_db_connections()
             future.set_result(outcome)
 
-    threading.Thread(target=target, name="preflight-connector", daemon=True).start()
+    _runners.run(target)
     return future
+
+
+class _Runners:
+    """Daemon threads for connector calls, kept between calls: a thread started per call costs three times
+    the CPU under the worker's GIL, ten of them per frontier of lookups. A call takes an idle thread or starts
+    one; a thread whose call never returns is abandoned with it, and only threads whose call returned are
+    handed another. Not a ThreadPoolExecutor: it joins its threads at exit, and a hung call would hold it."""
+
+    MAX_IDLE = 32  # more idle than that end: a burst of calls leaves no crowd behind
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        # A forked child has none of its parent's threads: their queues would take calls nobody runs.
+        os.register_at_fork(after_in_child=self._idle.clear)
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            serve = threading.Thread(
+                target=self._serve, args=(jobs,), name="preflight-connector", daemon=True
+            )
+            serve.start()
+        jobs.put(job)
+
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()  # the job catches what its call raises
+            with self._lock:
+                if len(self._idle) >= self.MAX_IDLE:
+                    return
+                self._idle.append(jobs)
+
+
+_runners = _Runners()
 
 
 # --------------------------------------------------------------------------------------------- HTTP lookups
